@@ -1,0 +1,1 @@
+"""Deterministic superstep execution (see docs/deterministic-replay-on-restate.md)."""
