@@ -1,0 +1,519 @@
+"""The sans-I/O core of DeterministicSaver: what to send to Postgres and what the rows mean.
+
+Every saver operation is written once, here, as a generator. It yields a :class:`Batch`
+of statements, receives one result per statement (a list of rows, or ``None``), and
+finally returns the operation's value. The sync and async drivers in ``saver.py`` only
+execute batches; they hold no logic of their own, so the two APIs cannot drift apart.
+
+A batch is sent in one pipeline sync (one network round trip) and, when it writes,
+inside one transaction: a write either lands whole or not at all.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Awaitable, Callable, Generator, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from functools import cache
+from importlib import resources
+from typing import Any, Literal, TypeVar
+
+import psycopg
+import psycopg.errors
+from langchain_core.runnables import RunnableConfig
+from langgraph.checkpoint.base import (
+    WRITES_IDX_MAP,
+    ChannelVersions,
+    Checkpoint,
+    CheckpointMetadata,
+    CheckpointTuple,
+    DeltaChannelHistory,
+    PendingWrite,
+    get_checkpoint_id,
+    get_serializable_checkpoint_metadata,
+    writes_sort_key,
+)
+from langgraph.checkpoint.serde.base import SerializerProtocol
+from langgraph.checkpoint.serde.types import TASKS, _DeltaSnapshot
+from psycopg.types.json import Jsonb
+
+from langgraph_deterministic.errors import (
+    ConfigurationError,
+    DatabaseUnavailableError,
+    DeterministicError,
+    SchemaNotReadyError,
+    SerializationError,
+)
+
+T = TypeVar("T")
+
+Isolation = Literal["read committed", "repeatable read", "serializable"]
+
+
+@dataclass(frozen=True, slots=True)
+class Statement:
+    """One SQL statement. ``many`` runs it once per parameter tuple (executemany)."""
+
+    sql: str
+    params: Sequence[Any] | Mapping[str, Any] | None = None
+    fetch: bool = False
+    many: bool = False
+    # Prepared statements pay off for the hot, fixed-shape queries; statements whose
+    # plan depends on array sizes (prune, delete_for_runs) are planned afresh each time.
+    prepare: bool | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Batch:
+    """Statements sent together. ``atomic`` wraps them in one transaction."""
+
+    statements: tuple[Statement, ...]
+    atomic: bool = False
+    isolation: Isolation | None = None
+    # Statements such as CREATE INDEX CONCURRENTLY refuse to run in a transaction, and
+    # in pipeline mode psycopg would wrap them in one: they are run one by one instead.
+    pipeline: bool = True
+
+    @classmethod
+    def read(cls, sql: str, params: Any = None) -> Batch:
+        return cls((Statement(sql, params, fetch=True),))
+
+    @classmethod
+    def write(cls, *statements: Statement, isolation: Isolation | None = None) -> Batch:
+        return cls(tuple(statements), atomic=True, isolation=isolation)
+
+
+Results = list[list[tuple[Any, ...]] | None]
+Operation = Generator[Batch, Results, T]
+
+
+@cache
+def queries() -> dict[str, str]:
+    """The named blocks of ``sql/queries.sql`` (``-- name: key``)."""
+    text = resources.files(__package__).joinpath("sql/queries.sql").read_text("utf-8")
+    blocks: dict[str, str] = {}
+    name: str | None = None
+    lines: list[str] = []
+    for line in text.splitlines():
+        if line.startswith("-- name:"):
+            if name:
+                blocks[name] = "\n".join(lines).strip()
+            name, lines = line.split(":", 1)[1].strip(), []
+        elif name is not None and not line.lstrip().startswith("--"):
+            lines.append(line)
+    if name:
+        blocks[name] = "\n".join(lines).strip()
+    return blocks
+
+
+def translate_error(exc: BaseException) -> BaseException:
+    """Map a psycopg error to ours where we can name the fix; else return it unchanged."""
+    if isinstance(exc, DeterministicError):
+        return exc
+    if isinstance(exc, psycopg.errors.UndefinedTable | psycopg.errors.UndefinedColumn):
+        return SchemaNotReadyError(
+            f"The checkpoint tables are missing or out of date ({exc.diag.message_primary}). "
+            "Run `saver.setup()` (or `await saver.asetup()`, or the CLI "
+            "`langgraph-deterministic migrate`) once against this database before use."
+        )
+    if isinstance(exc, psycopg.OperationalError):
+        return DatabaseUnavailableError(
+            f"Could not reach Postgres: {str(exc).strip()}. Check that the server is "
+            "running and that the DSN (host, port, user, password, dbname) is right."
+        )
+    if isinstance(exc, psycopg.ProgrammingError) and "conninfo" in str(exc).lower():
+        return ConfigurationError(
+            f"The connection string is not valid: {exc}. Pass a libpq URI such as "
+            "'postgresql://user:password@host:5432/dbname' or a 'key=value' string."
+        )
+    return exc
+
+
+# --- row mapping ------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class Codec:
+    """(De)serialisation of channel values and writes, with errors that name the culprit."""
+
+    serde: SerializerProtocol
+    _loads: Any = field(init=False)
+
+    def __post_init__(self) -> None:
+        self._loads = self.serde.loads_typed
+
+    def dumps(self, what: str, value: Any) -> tuple[str, bytes]:
+        try:
+            return self.serde.dumps_typed(value)
+        except Exception as exc:  # the serde raises TypeError, msgpack errors, ...
+            raise SerializationError(
+                f"Cannot serialise {what} (a {type(value).__name__}): {exc}. Keep graph "
+                "state to JSON-like data, dataclasses, pydantic models and LangChain "
+                "messages, or pass a serde that handles this type "
+                "(e.g. JsonPlusSerializer(pickle_fallback=True)). Nothing was written."
+            ) from exc
+
+    def loads(self, type_: str, blob: bytes | None) -> Any:
+        return self._loads((type_, blob if blob is not None else b""))
+
+
+def config_for(thread_id: str, checkpoint_ns: str, checkpoint_id: str) -> RunnableConfig:
+    return {
+        "configurable": {
+            "thread_id": thread_id,
+            "checkpoint_ns": checkpoint_ns,
+            "checkpoint_id": checkpoint_id,
+        }
+    }
+
+
+def load_tuple(codec: Codec, row: Sequence[Any]) -> CheckpointTuple:
+    """A ``select_checkpoint`` row to a CheckpointTuple."""
+    (thread_id, ns, checkpoint_id, parent_id, checkpoint, metadata,
+     b_channels, b_types, b_blobs,
+     task_ids, w_channels, w_types, w_blobs, task_paths, idxs) = row  # fmt: skip
+    values = dict(checkpoint.get("channel_values") or {})
+    if b_channels:
+        for channel, type_, blob in zip(b_channels, b_types, b_blobs, strict=True):
+            if type_ != "empty":
+                values[channel] = codec.loads(type_, blob)
+    writes: list[PendingWrite] = []
+    if task_ids:
+        order = sorted(
+            range(len(task_ids)),
+            key=lambda i: writes_sort_key(task_paths[i], task_ids[i], idxs[i]),
+        )
+        writes = [
+            (task_ids[i], w_channels[i], codec.loads(w_types[i], w_blobs[i])) for i in order
+        ]
+    return CheckpointTuple(
+        config=config_for(thread_id, ns, checkpoint_id),
+        checkpoint={**checkpoint, "channel_values": values},
+        metadata=metadata,
+        parent_config=config_for(thread_id, ns, parent_id) if parent_id else None,
+        pending_writes=writes,
+    )
+
+
+def next_version(current: str | int | None) -> str:
+    """Channel versions sort as strings: a zero-padded counter, then a random tiebreak.
+
+    The format is langgraph-checkpoint-postgres's, so either saver can continue a thread
+    the other wrote.
+    """
+    if current is None:
+        counter = 0
+    elif isinstance(current, int):
+        counter = current
+    else:
+        counter = int(current.split(".", 1)[0])
+    return f"{counter + 1:032}.{random.random():016}"
+
+
+# --- operations -------------------------------------------------------------------
+
+
+def _thread_ns(config: RunnableConfig) -> tuple[str, str]:
+    configurable = config.get("configurable") or {}
+    if "thread_id" not in configurable:
+        raise ConfigurationError(
+            "The config has no configurable.thread_id. Pass "
+            "{'configurable': {'thread_id': ...}} (or use run_config(thread_id, run_id))."
+        )
+    return str(configurable["thread_id"]), str(configurable.get("checkpoint_ns") or "")
+
+
+def _with_pending_sends(codec: Codec, rows: list[tuple[Any, ...]]) -> Operation[None]:
+    """Checkpoints of format v < 4 keep pending Sends as writes of their parent: fold them
+    into the TASKS channel the way current LangGraph expects to find them."""
+    old = [r for r in rows if r[4].get("v", 4) < 4 and r[3]]
+    if not old:
+        return
+    (sends,) = yield Batch.read(
+        queries()["pending_sends"],
+        {"thread_id": old[0][0], "checkpoint_ids": [r[3] for r in old]},
+    )
+    by_parent = {s[0]: s for s in sends or ()}
+    for row in old:
+        if (found := by_parent.get(row[3])) is None:
+            continue
+        checkpoint = row[4]
+        packets = [codec.loads(t, b) for t, b in zip(found[1], found[2], strict=True)]
+        type_, blob = codec.dumps("pending sends", packets)
+        versions = checkpoint.setdefault("channel_versions", {})
+        versions[TASKS] = max(versions.values()) if versions else next_version(None)
+        # Append to the row's blob arrays (they may be NULL when it had no blobs).
+        row_list = list(row)
+        row_list[6] = [*(row[6] or []), TASKS]
+        row_list[7] = [*(row[7] or []), type_]
+        row_list[8] = [*(row[8] or []), blob]
+        rows[rows.index(row)] = tuple(row_list)
+
+
+def get_tuple(codec: Codec, config: RunnableConfig) -> Operation[CheckpointTuple | None]:
+    thread_id, ns = _thread_ns(config)
+    select = queries()["select_checkpoint"]
+    if checkpoint_id := get_checkpoint_id(config):
+        sql = select + "\nWHERE c.thread_id = %s AND c.checkpoint_ns = %s AND c.checkpoint_id = %s"
+        params: tuple[Any, ...] = (thread_id, ns, checkpoint_id)
+    else:
+        sql = (
+            select + "\nWHERE c.thread_id = %s AND c.checkpoint_ns = %s"
+            "\nORDER BY c.checkpoint_id DESC LIMIT 1"
+        )
+        params = (thread_id, ns)
+    (rows,) = yield Batch.read(sql, params)
+    if not rows:
+        return None
+    yield from _with_pending_sends(codec, rows)
+    return load_tuple(codec, rows[0])
+
+
+def list_checkpoints(
+    codec: Codec,
+    config: RunnableConfig | None,
+    filter: Mapping[str, Any] | None,
+    before: RunnableConfig | None,
+    limit: int | None,
+) -> Operation[list[CheckpointTuple]]:
+    wheres: list[str] = []
+    params: list[Any] = []
+    if config:
+        thread_id, _ = _thread_ns(config)
+        wheres.append("c.thread_id = %s")
+        params.append(thread_id)
+        ns = config["configurable"].get("checkpoint_ns")
+        if ns is not None:
+            wheres.append("c.checkpoint_ns = %s")
+            params.append(ns)
+        if checkpoint_id := get_checkpoint_id(config):
+            wheres.append("c.checkpoint_id = %s")
+            params.append(checkpoint_id)
+    if filter:
+        run_id = filter.get("run_id")
+        if isinstance(run_id, str):
+            # Lets Postgres use checkpoints_run_id_idx; @> below keeps the exact semantics.
+            wheres.append("(c.metadata ->> 'run_id') = %s")
+            params.append(run_id)
+        wheres.append("c.metadata @> %s")
+        params.append(Jsonb(dict(filter)))
+    if before is not None and (before_id := get_checkpoint_id(before)):
+        wheres.append("c.checkpoint_id < %s")
+        params.append(before_id)
+    sql = queries()["select_checkpoint"]
+    if wheres:
+        sql += "\nWHERE " + " AND ".join(wheres)
+    sql += "\nORDER BY c.checkpoint_id DESC"
+    if limit is not None:
+        sql += " LIMIT %s"
+        params.append(int(limit))
+    (rows,) = yield Batch.read(sql, params)
+    if not rows:
+        return []
+    yield from _with_pending_sends(codec, rows)
+    return [load_tuple(codec, r) for r in rows]
+
+
+def put(
+    codec: Codec,
+    config: RunnableConfig,
+    checkpoint: Checkpoint,
+    metadata: CheckpointMetadata,
+    new_versions: ChannelVersions,
+) -> Operation[RunnableConfig]:
+    thread_id, ns = _thread_ns(config)
+    parent_id = config["configurable"].get("checkpoint_id")
+    stored = checkpoint.copy()
+    inline = stored["channel_values"] = dict(checkpoint["channel_values"])
+    # Primitives stay inline in the checkpoint row (as the peer does); everything else
+    # goes to checkpoint_blobs, once per (channel, version).
+    blob_rows: list[tuple[Any, ...]] = []
+    for channel, value in checkpoint["channel_values"].items():
+        if value is None or isinstance(value, str | int | float | bool):
+            continue
+        if isinstance(value, _DeltaSnapshot):
+            inline[channel] = True  # marker: the snapshot's value is in the blob
+        else:
+            del inline[channel]
+        if channel in new_versions:
+            type_, blob = codec.dumps(f"channel {channel!r}", value)
+            blob_rows.append((thread_id, ns, channel, str(new_versions[channel]), type_, blob))
+    statements = []
+    if blob_rows:
+        statements.append(Statement(queries()["upsert_blob"], blob_rows, many=True))
+    statements.append(
+        Statement(
+            queries()["upsert_checkpoint"],
+            (
+                thread_id,
+                ns,
+                checkpoint["id"],
+                parent_id,
+                Jsonb(stored),
+                Jsonb(get_serializable_checkpoint_metadata(config, metadata)),
+            ),
+        )
+    )
+    yield Batch.write(*statements)
+    return config_for(thread_id, ns, checkpoint["id"])
+
+
+def put_writes(
+    codec: Codec,
+    config: RunnableConfig,
+    writes: Sequence[tuple[str, Any]],
+    task_id: str,
+    task_path: str,
+) -> Operation[None]:
+    if not writes:
+        return
+    thread_id, ns = _thread_ns(config)
+    checkpoint_id = config["configurable"]["checkpoint_id"]
+    rows = []
+    for idx, (channel, value) in enumerate(writes):
+        type_, blob = codec.dumps(f"a write to channel {channel!r}", value)
+        rows.append(
+            (thread_id, ns, checkpoint_id, task_id, task_path,
+             WRITES_IDX_MAP.get(channel, idx), channel, type_, blob)  # fmt: skip
+        )
+    special = all(channel in WRITES_IDX_MAP for channel, _ in writes)
+    sql = queries()["upsert_write" if special else "insert_write"]
+    yield Batch.write(Statement(sql, rows, many=True))
+
+
+def delete_thread(thread_id: str) -> Operation[None]:
+    yield Batch.write(Statement(queries()["delete_thread"], {"thread_id": str(thread_id)}))
+
+
+def delete_for_runs(run_ids: Sequence[str]) -> Operation[None]:
+    ids = [str(r) for r in run_ids]
+    if not ids:
+        return
+    yield Batch.write(Statement(queries()["delete_for_runs"], {"run_ids": ids}, prepare=False))
+
+
+def copy_thread(source: str, target: str) -> Operation[None]:
+    if str(source) == str(target):
+        raise ConfigurationError(
+            f"copy_thread got the same thread id {source!r} as source and target; "
+            "pass a new target thread id."
+        )
+    yield Batch.write(
+        Statement(queries()["copy_thread"], {"source": str(source), "target": str(target)})
+    )
+
+
+class PruneRefusedError(DeterministicError, NotImplementedError):
+    """keep_latest would lose state that a DeltaChannel rebuilds from older checkpoints."""
+
+
+PRUNE_STRATEGIES = ("keep_latest", "delete")
+
+
+def prune(thread_ids: Sequence[str], strategy: str) -> Operation[None]:
+    if isinstance(thread_ids, str):
+        raise ConfigurationError(
+            "prune() takes a sequence of thread ids, not one string: prune([thread_id])."
+        )
+    if strategy not in PRUNE_STRATEGIES:
+        raise ConfigurationError(
+            f"Unknown prune strategy {strategy!r}; use 'keep_latest' or 'delete'."
+        )
+    ids = [str(t) for t in thread_ids]
+    if not ids:
+        return
+    if strategy == "delete":
+        yield Batch.write(Statement(queries()["delete_threads"], {"thread_ids": ids}))
+        return
+    (delta,) = yield Batch.read(queries()["delta_threads"], {"thread_ids": ids})
+    if delta:
+        raise PruneRefusedError(
+            "keep_latest cannot prune threads that use a DeltaChannel (their latest value "
+            f"is rebuilt from older checkpoints): {', '.join(sorted(r[0] for r in delta))}. "
+            "Prune them with strategy='delete', or leave them out. Nothing was pruned."
+        )
+    # One transaction per thread, on one snapshot of it: a run appending meanwhile is safe.
+    for thread_id in ids:
+        yield Batch.write(
+            Statement(queries()["prune_keep_latest"], {"thread_id": thread_id}, prepare=False),
+            isolation="repeatable read",
+        )
+
+
+def delta_history(
+    codec: Codec, config: RunnableConfig, channels: Sequence[str]
+) -> Operation[dict[str, DeltaChannelHistory]]:
+    """Writes and seed per channel along the parent chain, in one round trip."""
+    channels = list(channels)
+    if not channels:
+        return {}
+    thread_id, ns = _thread_ns(config)
+    checkpoint_id = get_checkpoint_id(config)
+    if not checkpoint_id:
+        head = yield from get_tuple(codec, config)
+        if head is None:
+            return {ch: {"writes": []} for ch in channels}
+        checkpoint_id = head.config["configurable"]["checkpoint_id"]
+    (rows,) = yield Batch.read(
+        queries()["delta_history"],
+        {"thread_id": thread_id, "checkpoint_ns": ns, "checkpoint_id": checkpoint_id,
+         "channels": channels},  # fmt: skip
+    )
+    writes: dict[str, list[tuple[int, tuple[str, str, int], PendingWrite]]] = {
+        ch: [] for ch in channels
+    }
+    result: dict[str, DeltaChannelHistory] = {}
+    seeds: dict[str, Any] = {}
+    for kind, _cid, depth, channel, type_, blob, task_id, task_path, idx, inline in rows or ():
+        if kind == "w":
+            value = codec.loads(type_, blob)
+            key = writes_sort_key(task_path, task_id, idx)
+            writes[channel].append((depth, key, (task_id, channel, value)))
+        else:
+            seeds[channel] = codec.loads(type_, blob) if type_ is not None else inline
+    for ch in channels:
+        # Oldest checkpoint first (deepest), and within one the order live execution used.
+        ordered = sorted(writes[ch], key=lambda w: (-w[0], w[1]))
+        entry: DeltaChannelHistory = {"writes": [w[2] for w in ordered]}
+        if ch in seeds:
+            entry["seed"] = seeds[ch]
+        result[ch] = entry
+    return result
+
+
+def run(operation: Operation[T], execute: Callable[[Batch], Results]) -> T:
+    """Drive ``operation`` with a synchronous ``execute(batch) -> results``.
+
+    A failed batch is thrown into the operation, so it can clean up (release a lock)
+    with one more batch before the error propagates.
+    """
+    try:
+        batch = next(operation)
+        while True:
+            try:
+                results = execute(batch)
+            except Exception as exc:
+                batch = operation.throw(exc)
+            else:
+                batch = operation.send(results)
+    except StopIteration as stop:
+        return stop.value  # type: ignore[no-any-return]
+
+
+async def arun(operation: Operation[T], execute: Callable[[Batch], Awaitable[Results]]) -> T:
+    """:func:`run` for an async ``execute``."""
+    try:
+        batch = next(operation)
+        while True:
+            try:
+                results = await execute(batch)
+            except Exception as exc:
+                batch = operation.throw(exc)
+            else:
+                batch = operation.send(results)
+    except StopIteration as stop:
+        return stop.value  # type: ignore[no-any-return]
+
+
+def flatten(rows: Iterable[Sequence[Any]]) -> list[Any]:
+    return [r[0] for r in rows]

@@ -1,0 +1,534 @@
+"""DeterministicSaver: one class, sync and async, over the sans-I/O core in ``_core``.
+
+The drivers below only execute :class:`~._core.Batch` objects on a connection. A pool
+gives every concurrent call its own connection, with no saver-wide lock (the peer takes
+one lock per saver, which serialises all async work even with a pool); a single
+connection is shared under a lock, since one connection runs one transaction at a time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
+from contextlib import AbstractAsyncContextManager, AbstractContextManager, asynccontextmanager, contextmanager
+from types import TracebackType
+from typing import Any, Literal, TypeVar
+
+import psycopg
+from langchain_core.runnables import RunnableConfig
+from langgraph.checkpoint.base import (
+    BaseCheckpointSaver,
+    ChannelVersions,
+    Checkpoint,
+    CheckpointMetadata,
+    CheckpointTuple,
+    DeltaChannelHistory,
+)
+from langgraph.checkpoint.serde.base import SerializerProtocol
+from psycopg import AsyncConnection, Connection
+from psycopg_pool import AsyncConnectionPool, ConnectionPool
+
+from langgraph_deterministic.checkpointer import _core, _migrate
+from langgraph_deterministic.checkpointer._core import Batch, Operation, Results
+from langgraph_deterministic.errors import ConfigurationError
+
+logger = logging.getLogger("langgraph_deterministic")
+
+T = TypeVar("T")
+RunIdPolicy = Literal["require", "warn", "off"]
+ConnectionSource = (
+    str | Connection[Any] | AsyncConnection[Any] | ConnectionPool[Any] | AsyncConnectionPool[Any]
+)
+
+# Owned pools: autocommit so a read is one round trip (no BEGIN/COMMIT around it).
+_CONNECT_KWARGS: dict[str, Any] = {"autocommit": True}
+
+
+# --- the two drivers: execute one batch -------------------------------------------
+
+
+def _execute(conn: Connection[Any], batch: Batch) -> Results:
+    statements = batch.statements
+    if not batch.atomic and len(statements) == 1 and batch.pipeline:
+        (st,) = statements
+        with conn.cursor(binary=True) as cur:
+            cur.execute(st.sql, st.params, prepare=st.prepare)  # type: ignore[arg-type]
+            return [cur.fetchall() if st.fetch else None]
+    if not batch.pipeline:
+        # DDL and statements that must not run inside a pipeline (multi-statement
+        # migration files, CREATE INDEX CONCURRENTLY). Text cursor: simple protocol.
+        results: Results = []
+        with _transaction(conn, batch) if batch.atomic else _nothing(), conn.cursor() as cur:
+            for st in statements:
+                cur.execute(st.sql, st.params, prepare=st.prepare)  # type: ignore[arg-type]
+                results.append(cur.fetchall() if st.fetch else None)
+        return results
+    cursors = []
+    with conn.pipeline(), _transaction(conn, batch):
+        for st in statements:
+            cur = conn.cursor(binary=True)
+            if st.many:
+                cur.executemany(st.sql, st.params)  # type: ignore[arg-type]
+            else:
+                cur.execute(st.sql, st.params, prepare=st.prepare)  # type: ignore[arg-type]
+            cursors.append(cur)
+    return [
+        cur.fetchall() if st.fetch else None for cur, st in zip(cursors, statements, strict=True)
+    ]
+
+
+async def _aexecute(conn: AsyncConnection[Any], batch: Batch) -> Results:
+    statements = batch.statements
+    if not batch.atomic and len(statements) == 1 and batch.pipeline:
+        (st,) = statements
+        async with conn.cursor(binary=True) as cur:
+            await cur.execute(st.sql, st.params, prepare=st.prepare)  # type: ignore[arg-type]
+            return [await cur.fetchall() if st.fetch else None]
+    if not batch.pipeline:
+        results: Results = []
+        async with _atransaction(conn, batch) if batch.atomic else _anothing(), conn.cursor() as cur:
+            for st in statements:
+                await cur.execute(st.sql, st.params, prepare=st.prepare)  # type: ignore[arg-type]
+                results.append(await cur.fetchall() if st.fetch else None)
+        return results
+    cursors = []
+    async with conn.pipeline(), _atransaction(conn, batch):
+        for st in statements:
+            cur = conn.cursor(binary=True)
+            if st.many:
+                await cur.executemany(st.sql, st.params)  # type: ignore[arg-type]
+            else:
+                await cur.execute(st.sql, st.params, prepare=st.prepare)  # type: ignore[arg-type]
+            cursors.append(cur)
+    return [
+        await cur.fetchall() if st.fetch else None
+        for cur, st in zip(cursors, statements, strict=True)
+    ]
+
+
+@contextmanager
+def _transaction(conn: Connection[Any], batch: Batch) -> Iterator[None]:
+    with conn.transaction():
+        if batch.isolation:
+            conn.execute(f"SET TRANSACTION ISOLATION LEVEL {batch.isolation.upper()}")
+        yield
+
+
+@asynccontextmanager
+async def _atransaction(conn: AsyncConnection[Any], batch: Batch) -> AsyncIterator[None]:
+    async with conn.transaction():
+        if batch.isolation:
+            await conn.execute(f"SET TRANSACTION ISOLATION LEVEL {batch.isolation.upper()}")
+        yield
+
+
+@contextmanager
+def _nothing() -> Iterator[None]:
+    yield
+
+
+@asynccontextmanager
+async def _anothing() -> AsyncIterator[None]:
+    yield
+
+
+# --- the saver ----------------------------------------------------------------------
+
+
+class DeterministicSaver(BaseCheckpointSaver[str]):
+    """A Postgres checkpointer for LangGraph, drop-in compatible with
+    ``langgraph-checkpoint-postgres`` (same tables), with the sync and the async API.
+
+    ``conn`` is one of:
+
+    * a DSN string: the saver owns a connection pool per API it is used with. Use it as a
+      context manager (``with`` / ``async with``) or call ``close()`` / ``aclose()``;
+    * a ``psycopg_pool.ConnectionPool`` or ``AsyncConnectionPool``: concurrent calls run
+      on separate connections, in parallel;
+    * a ``psycopg.Connection`` or ``AsyncConnection`` with ``autocommit=True``: calls
+      share it one at a time.
+
+    Call ``setup()`` / ``asetup()`` once per database to create or upgrade the tables.
+    """
+
+    def __init__(
+        self,
+        conn: ConnectionSource,
+        *,
+        run_id_policy: RunIdPolicy = "require",
+        serde: SerializerProtocol | None = None,
+        pool_max_size: int = 10,
+    ) -> None:
+        super().__init__(serde=serde)
+        if run_id_policy not in ("require", "warn", "off"):
+            raise ConfigurationError(
+                f"run_id_policy must be 'require', 'warn' or 'off', not {run_id_policy!r}."
+            )
+        self.run_id_policy: RunIdPolicy = run_id_policy
+        self._codec = _core.Codec(self.serde)
+        self._dsn: str | None = None
+        self._pool: ConnectionPool[Any] | None = None
+        self._apool: AsyncConnectionPool[Any] | None = None
+        self._conn: Connection[Any] | None = None
+        self._aconn: AsyncConnection[Any] | None = None
+        self._owns_pools = False
+        self._pool_max_size = pool_max_size
+        self._lock = threading.Lock()  # guards a single shared Connection / pool creation
+        self._alock: asyncio.Lock | None = None  # guards a single shared AsyncConnection
+        self._loop: asyncio.AbstractEventLoop | None = None
+        if isinstance(conn, str):
+            self._dsn = conn
+            self._owns_pools = True
+            _check_dsn(conn)
+        elif isinstance(conn, ConnectionPool):
+            self._pool = conn
+        elif isinstance(conn, AsyncConnectionPool):
+            self._apool = conn
+        elif isinstance(conn, Connection):
+            _require_autocommit(conn)
+            self._conn = conn
+        elif isinstance(conn, AsyncConnection):
+            _require_autocommit(conn)
+            self._aconn = conn
+        else:
+            raise ConfigurationError(
+                f"DeterministicSaver cannot use a {type(conn).__name__} as its connection. "
+                "Pass a DSN string, a psycopg (Async)Connection, or a psycopg_pool "
+                "(Async)ConnectionPool."
+            )
+
+    # -- connections ---------------------------------------------------------------
+
+    def _sync_pool(self) -> ConnectionPool[Any] | None:
+        if self._pool is None and self._dsn is not None:
+            with self._lock:
+                if self._pool is None:
+                    self._pool = ConnectionPool(
+                        self._dsn,
+                        min_size=1,
+                        max_size=self._pool_max_size,
+                        kwargs=_CONNECT_KWARGS,
+                        open=False,
+                        name="langgraph-deterministic",
+                    )
+                    self._pool.open(wait=False)
+        return self._pool
+
+    async def _async_pool(self) -> AsyncConnectionPool[Any] | None:
+        if self._apool is None and self._dsn is not None:
+            pool: AsyncConnectionPool[Any] = AsyncConnectionPool(
+                self._dsn,
+                min_size=1,
+                max_size=self._pool_max_size,
+                kwargs=_CONNECT_KWARGS,
+                open=False,
+                name="langgraph-deterministic-async",
+            )
+            if self._apool is None:  # no await since the check: no other task got here
+                self._apool = pool
+                await pool.open(wait=False)
+        return self._apool
+
+    @contextmanager
+    def _connection(self) -> Iterator[Connection[Any]]:
+        if self._conn is not None:
+            with self._lock:
+                yield self._conn
+            return
+        pool = self._sync_pool()
+        assert pool is not None
+        with pool.connection() as conn:
+            yield conn
+
+    @asynccontextmanager
+    async def _aconnection(self) -> AsyncIterator[AsyncConnection[Any]]:
+        if self._aconn is not None:
+            if self._alock is None:
+                self._alock = asyncio.Lock()
+            async with self._alock:
+                yield self._aconn
+            return
+        pool = await self._async_pool()
+        assert pool is not None
+        async with pool.connection() as conn:
+            yield conn
+
+    def _has_sync(self) -> bool:
+        return self._conn is not None or self._pool is not None or self._dsn is not None
+
+    def _has_async(self) -> bool:
+        return self._aconn is not None or self._apool is not None or self._dsn is not None
+
+    # -- running operations ----------------------------------------------------------
+
+    def _run(self, operation: Operation[T]) -> T:
+        if not self._has_sync():
+            return self._run_on_loop(operation)
+        try:
+            with self._connection() as conn:
+                return _core.run(operation, lambda batch: _execute(conn, batch))
+        except Exception as exc:
+            translated = _core.translate_error(exc)
+            if translated is exc:
+                raise
+            raise translated from exc
+
+    async def _arun(self, operation: Operation[T]) -> T:
+        if not self._has_async():
+            # Sync-only connection: keep the event loop free by running it in a thread.
+            return await asyncio.to_thread(self._run, operation)
+        self._loop = asyncio.get_running_loop()
+        try:
+            async with self._aconnection() as conn:
+                return await _core.arun(operation, lambda batch: _aexecute(conn, batch))
+        except Exception as exc:
+            translated = _core.translate_error(exc)
+            if translated is exc:
+                raise
+            raise translated from exc
+
+    def _run_on_loop(self, operation: Operation[T]) -> T:
+        """The sync API over an async connection: allowed from a thread other than the
+        event loop's (e.g. a sync node run by LangGraph's executor)."""
+        loop = self._loop
+        try:
+            running = asyncio.get_running_loop()
+        except RuntimeError:
+            running = None
+        if loop is None or running is loop or not loop.is_running():
+            raise ConfigurationError(
+                "This saver was given an async connection, so its sync methods work only "
+                "from another thread while its event loop runs. Use the async API "
+                "(graph.ainvoke/astream) or give the saver a DSN, a Connection or a "
+                "ConnectionPool."
+            )
+        return asyncio.run_coroutine_threadsafe(self._arun(operation), loop).result()
+
+    # -- lifecycle -------------------------------------------------------------------
+
+    def __enter__(self) -> DeterministicSaver:
+        if self._dsn is not None:
+            pool = self._sync_pool()
+            assert pool is not None
+            _wait_open(pool)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    async def __aenter__(self) -> DeterministicSaver:
+        if self._dsn is not None:
+            pool = await self._async_pool()
+            assert pool is not None
+            await _await_open(pool)
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+    def close(self) -> None:
+        """Close the pools this saver created from a DSN (never a pool you passed in)."""
+        if self._owns_pools and self._pool is not None:
+            self._pool.close()
+            self._pool = None
+
+    async def aclose(self) -> None:
+        if self._owns_pools:
+            if self._apool is not None:
+                await self._apool.close()
+                self._apool = None
+            if self._pool is not None:
+                await asyncio.to_thread(self._pool.close)
+                self._pool = None
+
+    # -- schema ----------------------------------------------------------------------
+
+    def setup(self, *, phase: _migrate.Phase = "all") -> list[str]:
+        """Create or upgrade the tables; safe to call from many processes at once.
+        Returns the names of the migrations applied."""
+        return self._run(_locked(_migrate.migrate(phase)))
+
+    async def asetup(self, *, phase: _migrate.Phase = "all") -> list[str]:
+        return await self._arun(_locked(_migrate.migrate(phase)))
+
+    # -- BaseCheckpointSaver: sync ---------------------------------------------------
+
+    def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        return self._run(_core.get_tuple(self._codec, config))
+
+    def list(
+        self,
+        config: RunnableConfig | None,
+        *,
+        filter: dict[str, Any] | None = None,
+        before: RunnableConfig | None = None,
+        limit: int | None = None,
+    ) -> Iterator[CheckpointTuple]:
+        yield from self._run(_core.list_checkpoints(self._codec, config, filter, before, limit))
+
+    def put(
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+    ) -> RunnableConfig:
+        return self._run(_core.put(self._codec, config, checkpoint, metadata, new_versions))
+
+    def put_writes(
+        self,
+        config: RunnableConfig,
+        writes: Sequence[tuple[str, Any]],
+        task_id: str,
+        task_path: str = "",
+    ) -> None:
+        self._run(_core.put_writes(self._codec, config, writes, task_id, task_path))
+
+    def delete_thread(self, thread_id: str) -> None:
+        self._run(_core.delete_thread(thread_id))
+
+    def delete_for_runs(self, run_ids: Sequence[str]) -> None:
+        self._run(_core.delete_for_runs(run_ids))
+
+    def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
+        self._run(_core.copy_thread(source_thread_id, target_thread_id))
+
+    def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
+        self._run(_core.prune(thread_ids, strategy))
+
+    def get_delta_channel_history(
+        self, *, config: RunnableConfig, channels: Sequence[str]
+    ) -> Mapping[str, DeltaChannelHistory]:
+        return self._run(_core.delta_history(self._codec, config, channels))
+
+    def get_next_version(self, current: str | None, channel: None) -> str:
+        return _core.next_version(current)
+
+    # -- BaseCheckpointSaver: async --------------------------------------------------
+
+    async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        return await self._arun(_core.get_tuple(self._codec, config))
+
+    async def alist(
+        self,
+        config: RunnableConfig | None,
+        *,
+        filter: dict[str, Any] | None = None,
+        before: RunnableConfig | None = None,
+        limit: int | None = None,
+    ) -> AsyncIterator[CheckpointTuple]:
+        for item in await self._arun(
+            _core.list_checkpoints(self._codec, config, filter, before, limit)
+        ):
+            yield item
+
+    async def aput(
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+    ) -> RunnableConfig:
+        return await self._arun(_core.put(self._codec, config, checkpoint, metadata, new_versions))
+
+    async def aput_writes(
+        self,
+        config: RunnableConfig,
+        writes: Sequence[tuple[str, Any]],
+        task_id: str,
+        task_path: str = "",
+    ) -> None:
+        await self._arun(_core.put_writes(self._codec, config, writes, task_id, task_path))
+
+    async def adelete_thread(self, thread_id: str) -> None:
+        await self._arun(_core.delete_thread(thread_id))
+
+    async def adelete_for_runs(self, run_ids: Sequence[str]) -> None:
+        await self._arun(_core.delete_for_runs(run_ids))
+
+    async def acopy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
+        await self._arun(_core.copy_thread(source_thread_id, target_thread_id))
+
+    async def aprune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
+        await self._arun(_core.prune(thread_ids, strategy))
+
+    async def aget_delta_channel_history(
+        self, *, config: RunnableConfig, channels: Sequence[str]
+    ) -> Mapping[str, DeltaChannelHistory]:
+        return await self._arun(_core.delta_history(self._codec, config, channels))
+
+
+def _locked(operation: Operation[list[_migrate.Migration]]) -> Operation[list[str]]:
+    """Hold the migrations' advisory lock around ``operation``. The lock is per session,
+    so it must be released on the same connection even when a migration fails."""
+    key = (_migrate.ADVISORY_LOCK_KEY,)
+    lock = Batch((_core.Statement(_migrate.LOCK_SQL, key, prepare=False),), pipeline=False)
+    unlock = Batch((_core.Statement(_migrate.UNLOCK_SQL, key, prepare=False),), pipeline=False)
+    yield lock
+    try:
+        applied = yield from operation
+    except GeneratorExit:
+        raise
+    except BaseException:
+        yield unlock  # the driver throws a failed batch in here: release, then re-raise
+        raise
+    yield unlock
+    return [f"{m.version:04d}_{m.phase}_{m.name}" for m in applied]
+
+
+def _check_dsn(dsn: str) -> None:
+    try:
+        psycopg.conninfo.conninfo_to_dict(dsn)
+    except psycopg.ProgrammingError as exc:
+        raise ConfigurationError(
+            f"The connection string is not valid: {exc}. Pass a libpq URI such as "
+            "'postgresql://user:password@host:5432/dbname' or a 'key=value' string."
+        ) from exc
+
+
+def _require_autocommit(conn: Connection[Any] | AsyncConnection[Any]) -> None:
+    if not conn.autocommit:
+        raise ConfigurationError(
+            "DeterministicSaver needs its connection in autocommit mode: it opens its own "
+            "transactions, and a read left idle in a transaction would hold locks. Connect "
+            "with psycopg.connect(dsn, autocommit=True) (or pass a pool or a DSN)."
+        )
+
+
+def _wait_open(pool: ConnectionPool[Any], timeout: float = 10.0) -> None:
+    """Surface a wrong DSN or an unreachable server now, with the server's own reason,
+    instead of as a pool timeout on the first query."""
+    try:
+        pool.wait(timeout=timeout)
+    except Exception as exc:
+        _raise_connect_error(pool.conninfo, exc)
+
+
+async def _await_open(pool: AsyncConnectionPool[Any], timeout: float = 10.0) -> None:
+    try:
+        await pool.wait(timeout=timeout)
+    except Exception as exc:
+        try:
+            await asyncio.to_thread(_raise_connect_error, pool.conninfo, exc)
+        finally:
+            await pool.close()
+
+
+def _raise_connect_error(conninfo: str, exc: Exception) -> None:
+    try:
+        with psycopg.connect(conninfo, connect_timeout=5):
+            pass
+    except psycopg.Error as direct:
+        raise _core.translate_error(direct) from exc
+    raise _core.translate_error(psycopg.OperationalError(str(exc))) from exc
+
+
+AbstractContextManager.register(DeterministicSaver)
+AbstractAsyncContextManager.register(DeterministicSaver)

@@ -1,0 +1,247 @@
+-- Named queries of DeterministicSaver. Each block starts with `-- name: <key>` and runs
+-- with psycopg's %(name)s placeholders. The layout is langgraph-checkpoint-postgres's.
+
+-- name: select_checkpoint
+-- One checkpoint with its blobs and its pending writes, in one round trip. The blob and
+-- write columns are parallel arrays, so the row maps to a CheckpointTuple without a
+-- second query. Writes come back unsorted; the core sorts them by writes_sort_key.
+SELECT
+    c.thread_id,
+    c.checkpoint_ns,
+    c.checkpoint_id,
+    c.parent_checkpoint_id,
+    c.checkpoint,
+    c.metadata,
+    b.channels, b.types, b.blobs,
+    w.task_ids, w.channels AS w_channels, w.types AS w_types, w.blobs AS w_blobs,
+    w.task_paths, w.idxs
+FROM checkpoints c
+LEFT JOIN LATERAL (
+    SELECT array_agg(bl.channel) AS channels, array_agg(bl.type) AS types,
+           array_agg(bl.blob) AS blobs
+    FROM jsonb_each_text(c.checkpoint -> 'channel_versions') AS v
+    JOIN checkpoint_blobs bl
+      ON bl.thread_id = c.thread_id AND bl.checkpoint_ns = c.checkpoint_ns
+     AND bl.channel = v.key AND bl.version = v.value
+) b ON true
+LEFT JOIN LATERAL (
+    SELECT array_agg(cw.task_id) AS task_ids, array_agg(cw.channel) AS channels,
+           array_agg(cw.type) AS types, array_agg(cw.blob) AS blobs,
+           array_agg(cw.task_path) AS task_paths, array_agg(cw.idx) AS idxs
+    FROM checkpoint_writes cw
+    WHERE cw.thread_id = c.thread_id AND cw.checkpoint_ns = c.checkpoint_ns
+      AND cw.checkpoint_id = c.checkpoint_id
+) w ON true
+
+-- name: pending_sends
+-- Checkpoints of format v < 4 kept pending Send packets as writes of their parent.
+SELECT checkpoint_id,
+       array_agg(type ORDER BY task_path, task_id, idx) AS types,
+       array_agg(blob ORDER BY task_path, task_id, idx) AS blobs
+FROM checkpoint_writes
+WHERE thread_id = %(thread_id)s AND checkpoint_id = ANY(%(checkpoint_ids)s)
+  AND channel = '__pregel_tasks'
+GROUP BY checkpoint_id
+
+-- name: upsert_blob
+INSERT INTO checkpoint_blobs (thread_id, checkpoint_ns, channel, version, type, blob)
+VALUES (%s, %s, %s, %s, %s, %s)
+ON CONFLICT (thread_id, checkpoint_ns, channel, version) DO NOTHING
+
+-- name: upsert_checkpoint
+INSERT INTO checkpoints
+    (thread_id, checkpoint_ns, checkpoint_id, parent_checkpoint_id, checkpoint, metadata)
+VALUES (%s, %s, %s, %s, %s, %s)
+ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id)
+DO UPDATE SET checkpoint = EXCLUDED.checkpoint, metadata = EXCLUDED.metadata
+
+-- name: upsert_write
+-- Special writes (error, interrupt, resume...) have fixed negative idx and replace the
+-- previous one of the same task; regular writes are first-writer-wins.
+INSERT INTO checkpoint_writes
+    (thread_id, checkpoint_ns, checkpoint_id, task_id, task_path, idx, channel, type, blob)
+VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s)
+ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id, task_id, idx)
+DO UPDATE SET channel = EXCLUDED.channel, type = EXCLUDED.type, blob = EXCLUDED.blob
+
+-- name: insert_write
+INSERT INTO checkpoint_writes
+    (thread_id, checkpoint_ns, checkpoint_id, task_id, task_path, idx, channel, type, blob)
+VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s)
+ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id, task_id, idx) DO NOTHING
+
+-- name: delete_thread
+WITH c AS (DELETE FROM checkpoints WHERE thread_id = %(thread_id)s),
+     w AS (DELETE FROM checkpoint_writes WHERE thread_id = %(thread_id)s)
+DELETE FROM checkpoint_blobs WHERE thread_id = %(thread_id)s
+
+-- name: delete_threads
+WITH c AS (DELETE FROM checkpoints WHERE thread_id = ANY(%(thread_ids)s)),
+     w AS (DELETE FROM checkpoint_writes WHERE thread_id = ANY(%(thread_ids)s))
+DELETE FROM checkpoint_blobs WHERE thread_id = ANY(%(thread_ids)s)
+
+-- name: delete_for_runs
+-- The runs' checkpoints, their pending writes, and the blobs that only they referenced.
+-- All CTEs read one snapshot, so `kept` is computed against the rows before the delete.
+WITH doomed AS (
+    DELETE FROM checkpoints
+    WHERE (metadata ->> 'run_id') = ANY(%(run_ids)s)
+    RETURNING thread_id, checkpoint_ns, checkpoint_id, checkpoint -> 'channel_versions' AS versions
+), writes AS (
+    DELETE FROM checkpoint_writes w USING doomed d
+    WHERE w.thread_id = d.thread_id AND w.checkpoint_ns = d.checkpoint_ns
+      AND w.checkpoint_id = d.checkpoint_id
+), freed AS (
+    SELECT DISTINCT d.thread_id, d.checkpoint_ns, v.key AS channel, v.value AS version
+    FROM doomed d CROSS JOIN LATERAL jsonb_each_text(d.versions) AS v
+)
+DELETE FROM checkpoint_blobs b USING freed f
+WHERE b.thread_id = f.thread_id AND b.checkpoint_ns = f.checkpoint_ns
+  AND b.channel = f.channel AND b.version = f.version
+  AND NOT EXISTS (
+      SELECT 1 FROM checkpoints c
+      WHERE c.thread_id = f.thread_id AND c.checkpoint_ns = f.checkpoint_ns
+        AND c.checkpoint -> 'channel_versions' ->> f.channel = f.version
+        AND NOT coalesce((c.metadata ->> 'run_id') = ANY(%(run_ids)s), false)
+  )
+
+-- name: copy_thread
+-- A whole thread (every namespace, blob and pending write) under a new thread_id. Rows
+-- the target already has are kept as they are.
+WITH c AS (
+    INSERT INTO checkpoints
+        (thread_id, checkpoint_ns, checkpoint_id, parent_checkpoint_id, type, checkpoint, metadata)
+    SELECT %(target)s, checkpoint_ns, checkpoint_id, parent_checkpoint_id, type, checkpoint, metadata
+    FROM checkpoints WHERE thread_id = %(source)s
+    ON CONFLICT DO NOTHING
+), b AS (
+    INSERT INTO checkpoint_blobs (thread_id, checkpoint_ns, channel, version, type, blob)
+    SELECT %(target)s, checkpoint_ns, channel, version, type, blob
+    FROM checkpoint_blobs WHERE thread_id = %(source)s
+    ON CONFLICT DO NOTHING
+)
+INSERT INTO checkpoint_writes
+    (thread_id, checkpoint_ns, checkpoint_id, task_id, task_path, idx, channel, type, blob)
+SELECT %(target)s, checkpoint_ns, checkpoint_id, task_id, task_path, idx, channel, type, blob
+FROM checkpoint_writes WHERE thread_id = %(source)s
+ON CONFLICT DO NOTHING
+
+-- name: delta_threads
+-- Threads whose state a DeltaChannel rebuilds from older checkpoints: keep_latest would
+-- lose it. A delta snapshot is an inline `true` marker with a blob behind it.
+SELECT DISTINCT c.thread_id FROM checkpoints c
+WHERE c.thread_id = ANY(%(thread_ids)s) AND (
+    c.metadata ? 'counters_since_delta_snapshot'
+    OR c.metadata ? 'delta_writes_versioned'
+    OR EXISTS (
+        SELECT 1 FROM jsonb_each(c.checkpoint -> 'channel_values') AS v
+        JOIN checkpoint_blobs b
+          ON b.thread_id = c.thread_id AND b.checkpoint_ns = c.checkpoint_ns
+         AND b.channel = v.key AND b.version = c.checkpoint -> 'channel_versions' ->> v.key
+        WHERE v.value = 'true'::jsonb
+    )
+)
+
+-- name: prune_keep_latest
+-- Keeps each namespace's newest checkpoint (plus, for format v < 4, the parent holding its
+-- pending sends), with its writes and the blobs it references. Deletes writes only of the
+-- checkpoints deleted: a run may commit a step's writes before the checkpoint they belong
+-- to. Runs under REPEATABLE READ so a concurrent run's new rows are neither seen nor lost.
+WITH heads AS (
+    SELECT DISTINCT ON (checkpoint_ns) checkpoint_ns, checkpoint_id, parent_checkpoint_id,
+           (checkpoint ->> 'v')::int AS format
+    FROM checkpoints WHERE thread_id = %(thread_id)s
+    ORDER BY checkpoint_ns, checkpoint_id DESC
+), kept AS (
+    SELECT checkpoint_ns, checkpoint_id FROM heads
+    UNION
+    SELECT h.checkpoint_ns, h.parent_checkpoint_id FROM heads h
+    WHERE h.format < 4 AND EXISTS (
+        SELECT 1 FROM checkpoint_writes w
+        WHERE w.thread_id = %(thread_id)s AND w.checkpoint_ns = h.checkpoint_ns
+          AND w.checkpoint_id = h.parent_checkpoint_id AND w.channel = '__pregel_tasks')
+), doomed AS (
+    DELETE FROM checkpoints c
+    WHERE c.thread_id = %(thread_id)s
+      AND NOT EXISTS (SELECT 1 FROM kept k
+                      WHERE k.checkpoint_ns = c.checkpoint_ns AND k.checkpoint_id = c.checkpoint_id)
+    RETURNING c.checkpoint_ns, c.checkpoint_id, c.checkpoint -> 'channel_versions' AS versions
+), writes AS (
+    DELETE FROM checkpoint_writes w USING doomed d
+    WHERE w.thread_id = %(thread_id)s AND w.checkpoint_ns = d.checkpoint_ns
+      AND w.checkpoint_id = d.checkpoint_id
+), orphaned AS (
+    UPDATE checkpoints c SET parent_checkpoint_id = NULL
+    FROM heads h
+    WHERE c.thread_id = %(thread_id)s AND c.checkpoint_ns = h.checkpoint_ns
+      AND c.checkpoint_id = h.checkpoint_id
+      AND c.parent_checkpoint_id IS NOT NULL
+      AND NOT EXISTS (SELECT 1 FROM kept k WHERE k.checkpoint_ns = h.checkpoint_ns
+                      AND k.checkpoint_id = h.parent_checkpoint_id)
+), freed AS (
+    SELECT DISTINCT d.checkpoint_ns, v.key AS channel, v.value AS version
+    FROM doomed d CROSS JOIN LATERAL jsonb_each_text(d.versions) AS v
+), referenced AS (
+    SELECT DISTINCT c.checkpoint_ns, v.key AS channel, v.value AS version
+    FROM checkpoints c
+    JOIN kept k ON k.checkpoint_ns = c.checkpoint_ns AND k.checkpoint_id = c.checkpoint_id
+    CROSS JOIN LATERAL jsonb_each_text(c.checkpoint -> 'channel_versions') AS v
+    WHERE c.thread_id = %(thread_id)s
+)
+DELETE FROM checkpoint_blobs b USING freed f
+WHERE b.thread_id = %(thread_id)s AND b.checkpoint_ns = f.checkpoint_ns
+  AND b.channel = f.channel AND b.version = f.version
+  AND NOT EXISTS (SELECT 1 FROM referenced r WHERE r.checkpoint_ns = f.checkpoint_ns
+                  AND r.channel = f.channel AND r.version = f.version)
+
+-- name: delta_history
+-- Walks the parent chain of a checkpoint once for all requested channels, in one round
+-- trip. A channel stops at the nearest ancestor that stores a value for it (inline in
+-- channel_values, or a blob that is not the "empty" marker); the walk ends when every
+-- channel has stopped or the root is reached. Returns that ancestor's value ('s' rows)
+-- and every write to a still-walking channel on the way ('w' rows).
+WITH RECURSIVE walk AS (
+    SELECT c.checkpoint_id, c.parent_checkpoint_id, c.checkpoint,
+           %(channels)s::text[] AS walking, 1 AS depth
+    FROM checkpoints t
+    JOIN checkpoints c
+      ON c.thread_id = t.thread_id AND c.checkpoint_ns = t.checkpoint_ns
+     AND c.checkpoint_id = t.parent_checkpoint_id
+    WHERE t.thread_id = %(thread_id)s AND t.checkpoint_ns = %(checkpoint_ns)s
+      AND t.checkpoint_id = %(checkpoint_id)s
+  UNION ALL
+    SELECT p.checkpoint_id, p.parent_checkpoint_id, p.checkpoint,
+           ARRAY(SELECT ch FROM unnest(w.walking) AS ch
+                 WHERE NOT (ch = ANY(s.stopped))), w.depth + 1
+    FROM walk w
+    CROSS JOIN LATERAL (
+        SELECT ARRAY(
+            SELECT ch FROM unnest(w.walking) AS ch
+            WHERE w.checkpoint -> 'channel_values' ? ch
+               OR EXISTS (SELECT 1 FROM checkpoint_blobs b
+                          WHERE b.thread_id = %(thread_id)s AND b.checkpoint_ns = %(checkpoint_ns)s
+                            AND b.channel = ch AND b.type <> 'empty'
+                            AND b.version = w.checkpoint -> 'channel_versions' ->> ch)
+        ) AS stopped
+    ) s
+    JOIN checkpoints p
+      ON p.thread_id = %(thread_id)s AND p.checkpoint_ns = %(checkpoint_ns)s
+     AND p.checkpoint_id = w.parent_checkpoint_id
+    WHERE cardinality(w.walking) > cardinality(s.stopped)
+)
+SELECT 'w' AS kind, cw.checkpoint_id, w.depth, cw.channel, cw.type, cw.blob,
+       cw.task_id, cw.task_path, cw.idx, NULL::jsonb AS inline
+FROM walk w
+JOIN checkpoint_writes cw
+  ON cw.thread_id = %(thread_id)s AND cw.checkpoint_ns = %(checkpoint_ns)s
+ AND cw.checkpoint_id = w.checkpoint_id AND cw.channel = ANY(w.walking)
+UNION ALL
+SELECT 's', w.checkpoint_id, w.depth, ch, b.type, b.blob, NULL, NULL, NULL,
+       w.checkpoint -> 'channel_values' -> ch
+FROM walk w
+CROSS JOIN LATERAL unnest(w.walking) AS ch
+LEFT JOIN checkpoint_blobs b
+  ON b.thread_id = %(thread_id)s AND b.checkpoint_ns = %(checkpoint_ns)s
+ AND b.channel = ch AND b.type <> 'empty'
+ AND b.version = w.checkpoint -> 'channel_versions' ->> ch
+WHERE w.checkpoint -> 'channel_values' ? ch OR b.channel IS NOT NULL
