@@ -29,6 +29,7 @@ import os
 import re
 import shlex
 import shutil
+import stat
 import subprocess
 import tempfile
 import uuid
@@ -322,13 +323,39 @@ def _tail(path: Path, lines: int = 15) -> str:
         return ""
 
 
+def _check_reachable(path: Path, account: tuple[int, int]) -> None:
+    """Fail early, and clearly, if the service account cannot reach ``path``."""
+    uid, gid = account
+    for parent in reversed(path.parents):
+        try:
+            st = parent.stat()
+        except FileNotFoundError:
+            return  # we create the rest (mode 0755)
+        if st.st_uid == uid:
+            bit = stat.S_IXUSR
+        elif st.st_gid == gid:
+            bit = stat.S_IXGRP
+        else:
+            bit = stat.S_IXOTH
+        if not st.st_mode & bit:
+            raise ConfigurationError(
+                f"Postgres must run as the OS user {SYSTEM_BACKEND_USER!r} (it refuses root), "
+                f"and that user cannot enter {parent} (mode {stat.filemode(st.st_mode)}), so it "
+                f"cannot use the data directory {path}. Fix: choose a data_dir whose parent "
+                f"directories others may enter (e.g. under /tmp or /var/lib), or `chmod o+x "
+                f"{parent}`."
+            )
+
+
 def _launch_system(data: Path, scratch: Path, ephemeral: bool) -> _Launched:
     bindir = _find_binaries()
     account = _service_account()
+    if account is not None:
+        os.chown(scratch, *account)
+        _check_reachable(data, account)
     data.mkdir(parents=True, exist_ok=True)
     data.chmod(0o700)
     if account is not None:
-        os.chown(scratch, *account)
         os.chown(data, *account)
     log = data / "lgd-postgres.log"
 

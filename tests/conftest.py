@@ -1,0 +1,61 @@
+"""Shared Postgres fixtures for every test module.
+
+``pg_server_dsn`` (session): ``$DATABASE_URL`` when set, else an embedded Postgres started
+on first use and stopped at the end of the session. ``dsn`` (module): a fresh, empty
+database on that server for each test module, dropped when the module ends.
+
+Nothing here is autouse: a test session that never asks for these fixtures never starts
+Postgres. Other conftest files can build more databases with :func:`make_database` (or
+``langgraph_deterministic.embedded.create_database`` / ``drop_database``).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+if importlib.util.find_spec("langgraph_deterministic") is None:  # not pip-installed: use src/
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+
+from langgraph_deterministic.embedded import (
+    create_database,
+    database_name,
+    drop_database,
+    ensure_database_url,
+)
+
+pytest_plugins = ["pytester"]
+
+
+def make_database(admin_dsn: str, prefix: str = "lgd_test") -> str:
+    """Create a new empty database on ``admin_dsn``'s server; return a DSN for it.
+
+    The caller drops it with ``drop_database(admin_dsn, database_name(dsn))``.
+    """
+    return create_database(admin_dsn, prefix=prefix)
+
+
+@pytest.fixture(scope="session")
+def pg_server_dsn() -> Iterator[str]:
+    """Admin DSN of the session's Postgres: $DATABASE_URL, or an embedded server."""
+    url, server = ensure_database_url()
+    try:
+        yield url
+    finally:
+        if server is not None:
+            server.stop()
+
+
+@pytest.fixture(scope="module")
+def dsn(pg_server_dsn: str, request: pytest.FixtureRequest) -> Iterator[str]:
+    """DSN of a database created empty for this test module and dropped after it."""
+    module = getattr(request.module, "__name__", "module").rpartition(".")[2]
+    fresh = make_database(pg_server_dsn, prefix=f"lgd_{module}")
+    try:
+        yield fresh
+    finally:
+        drop_database(pg_server_dsn, database_name(fresh))

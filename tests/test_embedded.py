@@ -1,0 +1,264 @@
+"""The embedded Postgres (both backends, for real) and the shared database fixtures.
+
+Uses ``create_database`` from the package, which conftest's ``make_database`` wraps: importing
+``conftest`` from a test module is unreliable once subdirectories add their own conftest.py.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import sys
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from langgraph_deterministic.embedded import (
+    BACKEND_ENV,
+    PG_BIN_ENV,
+    EmbeddedPostgres,
+    check_connection,
+    create_database,
+    database_name,
+    drop_database,
+    ensure_database_url,
+)
+from langgraph_deterministic.errors import (
+    ConfigurationError,
+    DatabaseUnavailableError,
+    DeterministicError,
+)
+
+BACKENDS = ["pgserver", "system"]
+SRC = Path(__file__).resolve().parents[1] / "src"
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def _backend_uid(conn: psycopg.Connection[object]) -> int | None:
+    """Real uid of the server process serving ``conn`` (Linux /proc), else None."""
+    status = Path(f"/proc/{conn.info.backend_pid}/status")
+    if not status.exists():
+        return None
+    for line in status.read_text().splitlines():
+        if line.startswith("Uid:"):
+            return int(line.split()[1])
+    return None
+
+
+@pytest.fixture
+def scratch_dir() -> Iterator[Path]:
+    """A directory any OS user may enter (pytest's tmp_path is 0700 root-only as root)."""
+    path = Path(tempfile.mkdtemp(prefix="lgd-test-"))
+    path.chmod(0o755)
+    yield path
+    import shutil
+
+    shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_backend_lifecycle_via_env_and_ensure_database_url(
+    backend: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("DATABASE_URL", raising=False)
+    monkeypatch.setenv(BACKEND_ENV, backend)
+    url, server = ensure_database_url()
+    assert server is not None
+    try:
+        assert server.backend == backend
+        assert server.running
+        assert url == server.dsn
+        with psycopg.connect(url) as conn:
+            assert conn.execute("SELECT 1 + 1").fetchone() == (2,)
+            # unix socket only, no TCP, and never as root
+            assert conn.execute("SHOW listen_addresses").fetchone() == ("",)
+            assert conn.info.host.startswith("/")
+            assert Path(str(conn.execute("SHOW data_directory").fetchone()[0])) == server.data_dir  # type: ignore[index]
+            uid = _backend_uid(conn)
+            if uid is not None:
+                assert uid != 0
+            if backend == "pgserver":
+                assert conn.info.server_version >= 160000
+        assert server.data_dir.exists()
+    finally:
+        server.stop()
+    assert not server.running
+    assert not server.data_dir.exists()  # temporary data is deleted on stop
+    with pytest.raises(psycopg.OperationalError):
+        psycopg.connect(url, connect_timeout=2)
+    server.stop()  # idempotent
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_given_data_dir_keeps_data_across_restarts(backend: str, scratch_dir: Path) -> None:
+    data_dir = scratch_dir / "nested" / "pgdata"
+    with EmbeddedPostgres.start(data_dir, backend=backend) as first:
+        assert first.data_dir == data_dir.resolve()
+        with psycopg.connect(first.dsn, autocommit=True) as conn:
+            conn.execute("CREATE TABLE kept (v text)")
+            conn.execute("INSERT INTO kept VALUES ('survives a restart')")
+    assert not first.running
+    assert (data_dir / "PG_VERSION").exists()
+    with (
+        EmbeddedPostgres.start(data_dir, backend=backend) as second,
+        psycopg.connect(second.dsn) as conn,
+    ):
+        assert conn.execute("SELECT v FROM kept").fetchall() == [("survives a restart",)]
+    assert (data_dir / "PG_VERSION").exists()  # a given data_dir is not deleted
+
+
+def test_unknown_backend_is_a_configuration_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    with pytest.raises(ConfigurationError, match="'pgserver', 'system' or 'auto'"):
+        EmbeddedPostgres.start(backend="docker")
+    monkeypatch.setenv(BACKEND_ENV, "nope")
+    with pytest.raises(ConfigurationError, match=BACKEND_ENV):
+        EmbeddedPostgres.start()
+
+
+def test_without_pgserver_auto_falls_back_to_system_binaries(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv(BACKEND_ENV, raising=False)
+    monkeypatch.setitem(sys.modules, "pgserver", None)
+    monkeypatch.setitem(sys.modules, "pgserver.postgres_server", None)
+    with pytest.raises(
+        ConfigurationError, match=r"pip install 'langgraph-deterministic\[embedded\]'"
+    ):
+        EmbeddedPostgres.start(backend="pgserver")
+    with EmbeddedPostgres.start() as server, psycopg.connect(server.dsn) as conn:
+        assert server.backend == "system"
+        assert conn.execute("SELECT 42").fetchone() == (42,)
+
+
+def test_without_any_backend_the_error_names_both_causes_and_the_fixes(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setitem(sys.modules, "pgserver", None)
+    monkeypatch.setitem(sys.modules, "pgserver.postgres_server", None)
+    monkeypatch.setenv(PG_BIN_ENV, str(tmp_path))  # holds no initdb/pg_ctl/postgres
+    with pytest.raises(ConfigurationError, match=PG_BIN_ENV):
+        EmbeddedPostgres.start(backend="system")
+    with pytest.raises(DatabaseUnavailableError) as caught:
+        EmbeddedPostgres.start(backend="auto")
+    message = str(caught.value)
+    assert "pgserver:" in message
+    assert "system binaries:" in message
+    assert "DATABASE_URL" in message
+
+
+@pytest.mark.skipif(
+    not hasattr(os, "geteuid") or os.geteuid() != 0, reason="only root needs a service account"
+)
+def test_system_backend_as_root_rejects_a_data_dir_its_user_cannot_reach(
+    tmp_path: Path,
+) -> None:
+    private = tmp_path / "private"
+    private.mkdir(mode=0o700)
+    with pytest.raises(ConfigurationError, match="chmod o\\+x"):
+        EmbeddedPostgres.start(private / "pgdata", backend="system")
+
+
+def test_ensure_database_url_prefers_a_reachable_database_url(
+    pg_server_dsn: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("DATABASE_URL", pg_server_dsn)
+    assert ensure_database_url() == (pg_server_dsn, None)
+
+
+def test_unreachable_database_url_raises_our_error_without_the_password(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("DATABASE_URL", f"postgresql://u:s3cret@127.0.0.1:{_free_port()}/db")
+    with pytest.raises(DatabaseUnavailableError) as caught:
+        ensure_database_url()
+    message = str(caught.value)
+    assert "$DATABASE_URL" in message
+    assert "docker compose up -d postgres" in message
+    assert "s3cret" not in message
+    assert isinstance(caught.value, DeterministicError)
+
+    monkeypatch.setenv("DATABASE_URL", "postgresql://postgres@/postgres?host=/nonexistent-dir")
+    with pytest.raises(DatabaseUnavailableError, match="nonexistent-dir"):
+        ensure_database_url()
+
+    monkeypatch.setenv("DATABASE_URL", "this is not a dsn")
+    with pytest.raises(ConfigurationError, match="not a valid libpq connection string"):
+        ensure_database_url()
+
+
+def test_make_database_on_an_unreachable_server_raises_our_error() -> None:
+    with pytest.raises(DatabaseUnavailableError, match="admin database"):
+        create_database(f"postgresql://postgres@127.0.0.1:{_free_port()}/postgres")
+
+
+def test_dsn_fixture_is_a_fresh_database_of_this_module(dsn: str, pg_server_dsn: str) -> None:
+    assert database_name(dsn).startswith("lgd_test_embedded_")
+    assert database_name(dsn) != database_name(pg_server_dsn)
+    check_connection(dsn)
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        assert conn.execute(
+            "SELECT count(*) FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace"
+            " WHERE n.nspname NOT IN ('pg_catalog', 'information_schema', 'pg_toast')"
+        ).fetchone() == (0,)
+        conn.execute("CREATE TABLE module_marker (v int)")
+
+
+def test_dsn_fixture_is_shared_within_the_module(dsn: str) -> None:
+    # runs after the test above (file order): same module, same database
+    with psycopg.connect(dsn) as conn:
+        assert conn.execute("SELECT to_regclass('module_marker') IS NOT NULL").fetchone() == (True,)
+
+
+def test_make_database_gives_isolated_databases_and_drop_removes_them(
+    pg_server_dsn: str,
+) -> None:
+    first, second = create_database(pg_server_dsn), create_database(pg_server_dsn, prefix="other")
+    names = [database_name(first), database_name(second)]
+    assert names[0] != names[1]
+    assert names[1].startswith("other_")
+    with psycopg.connect(first, autocommit=True) as held_open:
+        held_open.execute("CREATE TABLE only_in_first (v int)")
+        with psycopg.connect(second) as conn:
+            assert conn.execute("SELECT to_regclass('only_in_first')").fetchone() == (None,)
+        for name in names:  # WITH (FORCE) drops even while held_open is connected
+            drop_database(pg_server_dsn, name)
+    with psycopg.connect(pg_server_dsn) as admin:
+        rows = admin.execute(
+            "SELECT datname FROM pg_database WHERE datname = ANY(%s)", (names,)
+        ).fetchall()
+    assert rows == []
+
+
+def test_tests_that_do_not_ask_for_a_database_never_start_postgres(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    conftest = (Path(__file__).parent / "conftest.py").read_text()
+    pytester.makeconftest(
+        conftest
+        + "\n\ndef _refuse(*args, **kwargs):\n"
+        + "    raise RuntimeError('embedded Postgres must not start')\n\n"
+        + "EmbeddedPostgres_ = __import__('langgraph_deterministic.embedded', fromlist=['x'])\n"
+        + "EmbeddedPostgres_.EmbeddedPostgres.start = _refuse\n"
+    )
+    pytester.makepyfile(
+        test_plain="def test_plain():\n    assert True\n",
+        test_wants_db="def test_wants_db(dsn):\n    pass\n",
+    )
+    monkeypatch.delenv("DATABASE_URL", raising=False)
+    monkeypatch.setenv("PYTHONPATH", str(SRC))
+    monkeypatch.setenv("PYTEST_DISABLE_PLUGIN_AUTOLOAD", "1")  # 1s instead of 5s to start
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider")
+    # test_plain runs first and passes: nothing started Postgres for it. test_wants_db asks
+    # for `dsn` and hits the refusal, which shows the refusal is live.
+    result.assert_outcomes(passed=1, errors=1)
+    result.stdout.fnmatch_lines(["*ERROR at setup of test_wants_db*"])
+    result.stdout.fnmatch_lines(["*embedded Postgres must not start*"])
