@@ -28,8 +28,6 @@ from langgraph_deterministic.embedded import (
     ensure_database_url,
 )
 
-pytest_plugins = ["pytester"]
-
 
 def make_database(admin_dsn: str, prefix: str = "lgd_test") -> str:
     """Create a new empty database on ``admin_dsn``'s server; return a DSN for it.

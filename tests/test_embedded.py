@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import socket
+import subprocess
 import sys
 import tempfile
 from collections.abc import Iterator
@@ -238,27 +239,29 @@ def test_make_database_gives_isolated_databases_and_drop_removes_them(
     assert rows == []
 
 
-def test_tests_that_do_not_ask_for_a_database_never_start_postgres(
-    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_tests_that_do_not_ask_for_a_database_never_start_postgres(tmp_path: Path) -> None:
+    # Our conftest, in a scratch project, with EmbeddedPostgres.start made to refuse.
     conftest = (Path(__file__).parent / "conftest.py").read_text()
-    pytester.makeconftest(
+    (tmp_path / "conftest.py").write_text(
         conftest
         + "\n\ndef _refuse(*args, **kwargs):\n"
-        + "    raise RuntimeError('embedded Postgres must not start')\n\n"
-        + "EmbeddedPostgres_ = __import__('langgraph_deterministic.embedded', fromlist=['x'])\n"
-        + "EmbeddedPostgres_.EmbeddedPostgres.start = _refuse\n"
+        + "    raise RuntimeError('embedded Postgres must not start')\n\n\n"
+        + "from langgraph_deterministic.embedded import EmbeddedPostgres  # noqa: E402\n\n"
+        + "EmbeddedPostgres.start = _refuse\n"
     )
-    pytester.makepyfile(
-        test_plain="def test_plain():\n    assert True\n",
-        test_wants_db="def test_wants_db(dsn):\n    pass\n",
-    )
-    monkeypatch.delenv("DATABASE_URL", raising=False)
-    monkeypatch.setenv("PYTHONPATH", str(SRC))
-    monkeypatch.setenv("PYTEST_DISABLE_PLUGIN_AUTOLOAD", "1")  # 1s instead of 5s to start
-    result = pytester.runpytest_subprocess("-p", "no:cacheprovider")
+    (tmp_path / "test_plain.py").write_text("def test_plain():\n    assert True\n")
+    (tmp_path / "test_wants_db.py").write_text("def test_wants_db(dsn):\n    pass\n")
+    env = {k: v for k, v in os.environ.items() if k != "DATABASE_URL"}
+    env["PYTHONPATH"] = str(SRC)
+    env["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"  # 1 s instead of 5 s to start
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-rA", "test_plain.py",
+         "test_wants_db.py"],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
     # test_plain runs first and passes: nothing started Postgres for it. test_wants_db asks
     # for `dsn` and hits the refusal, which shows the refusal is live.
-    result.assert_outcomes(passed=1, errors=1)
-    result.stdout.fnmatch_lines(["*ERROR at setup of test_wants_db*"])
-    result.stdout.fnmatch_lines(["*embedded Postgres must not start*"])
+    assert "PASSED test_plain.py::test_plain" in done.stdout, done.stdout
+    assert "ERROR test_wants_db.py::test_wants_db" in done.stdout, done.stdout
+    assert "embedded Postgres must not start" in done.stdout
+    assert "1 passed, 1 error" in done.stdout

@@ -215,16 +215,21 @@ def _launch_pgserver(data: Path, scratch: Path, ephemeral: bool) -> _Launched:
             f"pgserver could not start Postgres in {data}: {type(exc).__name__}: {exc} "
             f"(server log: {data / 'log'}). Fix: {_FIX}."
         ) from exc
-    if socket_dir is None or port is None:
+    if port is None or (socket_dir is None and not info.hostname):
         server.cleanup()
         raise DatabaseUnavailableError(
-            f"pgserver started Postgres in {data} without a unix socket. Fix: {_FIX}."
+            f"pgserver started Postgres in {data} but reported neither a unix socket nor a "
+            f"TCP address (see {data / 'postmaster.pid'}). Fix: {_FIX}."
         )
+    if socket_dir is not None:
+        dsn = _socket_dsn(Path(socket_dir), int(port))
+    else:  # Windows: pgserver listens on 127.0.0.1
+        dsn = f"postgresql://{_SUPERUSER}@{info.hostname}:{int(port)}/postgres"
 
     def shutdown() -> None:
         server.cleanup()
 
-    return _socket_dsn(Path(socket_dir), int(port)), shutdown
+    return dsn, shutdown
 
 
 # -- system binaries -----------------------------------------------------------------
@@ -508,7 +513,13 @@ def drop_database(admin_dsn: str, dbname: str) -> None:
 def database_name(dsn: str) -> str:
     """The ``dbname`` a conninfo or URI names (libpq defaults to the user name)."""
     params = conninfo_to_dict(dsn)
-    name = params.get("dbname") or params.get("user") or os.environ.get("PGDATABASE")
+    # libpq's order: dbname, $PGDATABASE, then the user name (user, $PGUSER)
+    name = (
+        params.get("dbname")
+        or os.environ.get("PGDATABASE")
+        or params.get("user")
+        or os.environ.get("PGUSER")
+    )
     if not name:
         raise ConfigurationError(
             f"{redact_dsn(dsn)} names no database. Fix: add dbname=... (or /dbname to a URI)."
