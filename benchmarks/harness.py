@@ -1,0 +1,199 @@
+"""Small, dependency-free helpers for the benchmarks: timing samples, statistics,
+interleaved rounds, the results table and optional cProfile dumps.
+
+A *workload* is measured as one :class:`Sample` per (round, side): how many operations
+ran, how long the whole batch took, and each operation's latency. Sides alternate
+within a round and the order flips every round (ours first, then peer first, ...), so a
+slow drift of the machine hits both sides alike. Throughput is reported as the median
+over rounds, latency percentiles over all recorded operations, and the ratio as
+``median(ours ops/s) / median(peer ops/s)`` -- higher is better for us.
+"""
+
+from __future__ import annotations
+
+import cProfile
+import json
+import math
+import statistics
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+SIDES = ("ours", "peer")
+
+
+@dataclass
+class Sample:
+    """One batch of operations of one side in one round."""
+
+    ops: int
+    seconds: float
+    latencies: list[float]  # seconds, one per operation
+
+    @property
+    def ops_per_s(self) -> float:
+        return self.ops / self.seconds if self.seconds > 0 else math.inf
+
+
+class Timer:
+    """Collects per-operation latencies of a batch; ``sample()`` closes it."""
+
+    def __init__(self) -> None:
+        self.latencies: list[float] = []
+        self._start = time.perf_counter()
+
+    @contextmanager
+    def op(self) -> Iterator[None]:
+        t0 = time.perf_counter()
+        yield
+        self.latencies.append(time.perf_counter() - t0)
+
+    def add(self, seconds: float) -> None:
+        self.latencies.append(seconds)
+
+    def sample(self, ops: int | None = None) -> Sample:
+        elapsed = time.perf_counter() - self._start
+        return Sample(ops if ops is not None else len(self.latencies), elapsed, self.latencies)
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    """Nearest-rank percentile (q in 0..100) of a non-empty sequence."""
+    ordered = sorted(values)
+    rank = max(1, math.ceil(q / 100 * len(ordered)))
+    return ordered[rank - 1]
+
+
+@dataclass
+class Summary:
+    ops_per_s: float  # median over rounds
+    p50_ms: float  # over every operation of every round
+    p95_ms: float
+    rounds: int
+    ops: int
+
+    @classmethod
+    def of(cls, samples: Sequence[Sample]) -> Summary:
+        lat = [x for s in samples for x in s.latencies]
+        return cls(
+            ops_per_s=statistics.median(s.ops_per_s for s in samples),
+            p50_ms=percentile(lat, 50) * 1e3,
+            p95_ms=percentile(lat, 95) * 1e3,
+            rounds=len(samples),
+            ops=sum(s.ops for s in samples),
+        )
+
+
+@dataclass
+class WorkloadResult:
+    name: str
+    description: str
+    target: float  # minimum acceptable ratio ours/peer
+    samples: dict[str, list[Sample]] = field(default_factory=lambda: {s: [] for s in SIDES})
+
+    def complete(self) -> bool:
+        return all(self.samples[s] for s in SIDES)
+
+    def summary(self, side: str) -> Summary:
+        return Summary.of(self.samples[side])
+
+    @property
+    def ratio(self) -> float:
+        return self.summary("ours").ops_per_s / self.summary("peer").ops_per_s
+
+    def round_ratios(self) -> list[float]:
+        """Ratio of each round's paired samples: their spread shows the noise."""
+        return [
+            o.ops_per_s / p.ops_per_s
+            for o, p in zip(self.samples["ours"], self.samples["peer"], strict=False)
+        ]
+
+    def status(self) -> str:
+        return "ok" if self.ratio >= self.target else "BELOW"
+
+
+def side_order(round_index: int) -> tuple[str, str]:
+    """Ours first in even rounds, the peer first in odd ones."""
+    return SIDES if round_index % 2 == 0 else (SIDES[1], SIDES[0])
+
+
+def format_table(results: Sequence[WorkloadResult]) -> str:
+    header = (
+        f"{'workload':<22} {'ours ops/s':>11} {'peer ops/s':>11} {'ratio':>7} "
+        f"{'rounds min-max':>15} {'ours p50/p95 ms':>16} {'peer p50/p95 ms':>16} "
+        f"{'target':>7}  status"
+    )
+    lines = [header, "-" * len(header)]
+    for r in results:
+        if not r.complete():
+            continue
+        o, p = r.summary("ours"), r.summary("peer")
+        rr = r.round_ratios()
+        lines.append(
+            f"{r.name:<22} {o.ops_per_s:>11.1f} {p.ops_per_s:>11.1f} {r.ratio:>6.2f}x "
+            f"{f'{min(rr):.2f}-{max(rr):.2f}x':>15} "
+            f"{f'{o.p50_ms:.2f}/{o.p95_ms:.2f}':>16} {f'{p.p50_ms:.2f}/{p.p95_ms:.2f}':>16} "
+            f"{f'>={r.target:.1f}x':>7}  {r.status()}"
+        )
+    return "\n".join(lines)
+
+
+def to_json(results: Sequence[WorkloadResult], meta: dict[str, Any]) -> str:
+    out: dict[str, Any] = {"meta": meta, "workloads": {}}
+    for r in results:
+        if not r.complete():
+            continue
+        out["workloads"][r.name] = {
+            "description": r.description,
+            "target": r.target,
+            "ratio": r.ratio,
+            "round_ratios": r.round_ratios(),
+            "status": r.status(),
+            **{side: asdict(r.summary(side)) for side in SIDES},
+        }
+    return json.dumps(out, indent=2)
+
+
+class Profiler:
+    """Optional cProfile of each measured batch, one .prof file per workload and side
+    (``python -m pstats FILE`` or snakeviz to read). Profiling slows both sides: do not
+    read the table of a profiled run as a result."""
+
+    def __init__(self, directory: Path | None) -> None:
+        self.directory = directory
+        self._profiles: dict[tuple[str, str], cProfile.Profile] = {}
+        if directory is not None:
+            directory.mkdir(parents=True, exist_ok=True)
+
+    @contextmanager
+    def around(self, workload: str, side: str) -> Iterator[None]:
+        if self.directory is None:
+            yield
+            return
+        prof = self._profiles.setdefault((workload, side), cProfile.Profile())
+        prof.enable()
+        try:
+            yield
+        finally:
+            prof.disable()
+
+    def wrap(self, workload: str, side: str, fn: Callable[[], Any]) -> Callable[[], Any]:
+        """``fn`` profiled in whatever thread it runs in (cProfile is per thread)."""
+
+        def run() -> Any:
+            with self.around(workload, side):
+                return fn()
+
+        return run
+
+    def dump(self) -> list[Path]:
+        if self.directory is None:
+            return []
+        written = []
+        for (workload, side), prof in self._profiles.items():
+            path = self.directory / f"{workload}.{side}.prof"
+            prof.dump_stats(path)
+            written.append(path)
+        return written
