@@ -44,6 +44,7 @@ ConnectionSource = (
 
 # Owned pools: autocommit so a read is one round trip (no BEGIN/COMMIT around it).
 _CONNECT_KWARGS: dict[str, Any] = {"autocommit": True}
+_PROBE_TIMEOUT = 10
 
 
 # --- the two drivers: execute one batch -------------------------------------------
@@ -310,9 +311,8 @@ class DeterministicSaver(BaseCheckpointSaver[str]):
 
     def __enter__(self) -> DeterministicSaver:
         if self._dsn is not None:
-            pool = self._sync_pool()
-            assert pool is not None
-            _wait_open(pool)
+            _probe(self._dsn)  # a wrong DSN fails here, with the server's own reason
+            self._sync_pool()
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -320,9 +320,8 @@ class DeterministicSaver(BaseCheckpointSaver[str]):
 
     async def __aenter__(self) -> DeterministicSaver:
         if self._dsn is not None:
-            pool = await self._async_pool()
-            assert pool is not None
-            await _await_open(pool)
+            await _aprobe(self._dsn)
+            await self._async_pool()
         return self
 
     async def __aexit__(
@@ -502,32 +501,22 @@ def _require_autocommit(conn: Connection[Any] | AsyncConnection[Any]) -> None:
         )
 
 
-def _wait_open(pool: ConnectionPool[Any], timeout: float = 10.0) -> None:
-    """Surface a wrong DSN or an unreachable server now, with the server's own reason,
-    instead of as a pool timeout on the first query."""
+def _probe(dsn: str) -> None:
+    """Connect once, directly: a pool would retry a refused connection until its
+    timeout and then report only that it timed out."""
     try:
-        pool.wait(timeout=timeout)
-    except Exception as exc:
-        _raise_connect_error(pool.conninfo, exc)
-
-
-async def _await_open(pool: AsyncConnectionPool[Any], timeout: float = 10.0) -> None:
-    try:
-        await pool.wait(timeout=timeout)
-    except Exception as exc:
-        try:
-            await asyncio.to_thread(_raise_connect_error, pool.conninfo, exc)
-        finally:
-            await pool.close()
-
-
-def _raise_connect_error(conninfo: str, exc: Exception) -> None:
-    try:
-        with psycopg.connect(conninfo, connect_timeout=5):
+        with psycopg.connect(dsn, connect_timeout=_PROBE_TIMEOUT):
             pass
-    except psycopg.Error as direct:
-        raise _core.translate_error(direct) from exc
-    raise _core.translate_error(psycopg.OperationalError(str(exc))) from exc
+    except psycopg.Error as exc:
+        raise _core.translate_error(exc) from exc
+
+
+async def _aprobe(dsn: str) -> None:
+    try:
+        conn = await AsyncConnection.connect(dsn, connect_timeout=_PROBE_TIMEOUT)
+    except psycopg.Error as exc:
+        raise _core.translate_error(exc) from exc
+    await conn.close()
 
 
 AbstractContextManager.register(DeterministicSaver)

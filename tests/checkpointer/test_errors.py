@@ -1,0 +1,169 @@
+"""Bad input gets a clear error from our hierarchy, names the fix, and writes nothing."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import psycopg
+import pytest
+from langchain_core.runnables import RunnableConfig
+from langgraph.checkpoint.base import empty_checkpoint
+from langgraph.graph import START, StateGraph
+from typing_extensions import TypedDict
+
+from langgraph_deterministic import (
+    ConfigurationError,
+    DatabaseUnavailableError,
+    DeterministicError,
+    DeterministicSaver,
+    SchemaNotReadyError,
+    SerializationError,
+)
+from langgraph_deterministic.checkpointer import PruneRefusedError
+
+
+def _counts(dsn: str) -> tuple[int, int, int]:
+    with psycopg.connect(dsn) as conn:
+        row = conn.execute(
+            "SELECT (SELECT count(*) FROM checkpoints), (SELECT count(*) FROM checkpoint_blobs),"
+            " (SELECT count(*) FROM checkpoint_writes)"
+        ).fetchone()
+    assert row is not None
+    return row
+
+
+@pytest.fixture(scope="module")
+def ready(dsn: str) -> str:
+    with DeterministicSaver(dsn) as saver:
+        saver.setup()
+    return dsn
+
+
+def test_invalid_dsn_is_a_configuration_error() -> None:
+    with pytest.raises(ConfigurationError, match="libpq URI"):
+        DeterministicSaver("host=localhost this is not a dsn")
+
+
+def test_unreachable_server_names_the_fix() -> None:
+    # Port 1 on loopback: nothing listens there, the refusal is immediate.
+    with pytest.raises(DatabaseUnavailableError, match="Check that the server is running"):  # noqa: SIM117
+        with DeterministicSaver("postgresql://nobody@127.0.0.1:1/nothing"):
+            pass
+
+
+async def test_unreachable_server_async() -> None:
+    with pytest.raises(DatabaseUnavailableError, match="DSN"):
+        async with DeterministicSaver("postgresql://nobody@127.0.0.1:1/nothing"):
+            pass
+
+
+def test_wrong_password_or_database_is_reported_as_such(pg_server_dsn: str) -> None:
+    conninfo = psycopg.conninfo.conninfo_to_dict(pg_server_dsn)
+    conninfo["dbname"] = "no_such_database_here"
+    with pytest.raises(DatabaseUnavailableError, match="no_such_database_here"):  # noqa: SIM117
+        with DeterministicSaver(psycopg.conninfo.make_conninfo(**conninfo)):
+            pass
+
+
+def test_missing_tables_say_run_setup(pg_server_dsn: str) -> None:
+    from tests.conftest import make_database
+
+    from langgraph_deterministic.embedded import database_name, drop_database
+
+    empty = make_database(pg_server_dsn, prefix="lgd_nosetup")
+    try:
+        with DeterministicSaver(empty, run_id_policy="off") as saver:
+            config: RunnableConfig = {"configurable": {"thread_id": "t", "checkpoint_ns": ""}}
+            with pytest.raises(SchemaNotReadyError, match=r"setup\(\)"):
+                saver.get_tuple(config)
+            with pytest.raises(SchemaNotReadyError, match="migrate"):
+                saver.put(config, empty_checkpoint(), {}, {})
+    finally:
+        drop_database(pg_server_dsn, database_name(empty))
+
+
+def test_connection_without_autocommit_is_refused(ready: str) -> None:
+    with psycopg.connect(ready) as conn, pytest.raises(ConfigurationError, match="autocommit=True"):
+        DeterministicSaver(conn)
+
+
+def test_wrong_types_and_options(ready: str) -> None:
+    with pytest.raises(ConfigurationError, match="DSN string"):
+        DeterministicSaver(42)  # type: ignore[arg-type]
+    with pytest.raises(ConfigurationError, match="'require', 'warn' or 'off'"):
+        DeterministicSaver(ready, run_id_policy="sometimes")  # type: ignore[arg-type]
+    with DeterministicSaver(ready, run_id_policy="off") as saver:
+        with pytest.raises(ConfigurationError, match="thread_id"):
+            saver.get_tuple({"configurable": {}})
+        with pytest.raises(ConfigurationError, match="keep_latest"):
+            saver.prune(["t"], strategy="everything")
+        with pytest.raises(ConfigurationError, match=r"prune\(\[thread_id\]\)"):
+            saver.prune("t")
+        with pytest.raises(ConfigurationError, match="new target"):
+            saver.copy_thread("t", "t")
+
+
+class Unserialisable:
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+
+
+def test_unserialisable_channel_value_writes_nothing(ready: str) -> None:
+    before = _counts(ready)
+    with DeterministicSaver(ready, run_id_policy="off") as saver:
+        checkpoint = empty_checkpoint()
+        checkpoint["channel_values"] = {"ok": ["fine"], "bad": Unserialisable()}
+        checkpoint["channel_versions"] = {"ok": "1", "bad": "1"}
+        config: RunnableConfig = {"configurable": {"thread_id": "ser", "checkpoint_ns": ""}}
+        with pytest.raises(SerializationError, match="channel 'bad'.*serde") as info:
+            saver.put(config, checkpoint, {}, {"ok": "1", "bad": "1"})
+        assert isinstance(info.value, DeterministicError)
+        config["configurable"]["checkpoint_id"] = checkpoint["id"]
+        with pytest.raises(SerializationError, match="write to channel 'x'"):
+            saver.put_writes(config, [("y", 1), ("x", Unserialisable())], "task-1")
+    assert _counts(ready) == before
+
+
+async def test_unserialisable_state_in_a_graph_leaves_the_thread_as_it_was(ready: str) -> None:
+    class S(TypedDict, total=False):
+        value: Any
+        n: int
+
+    def good(state: S) -> dict[str, Any]:
+        return {"n": 1}
+
+    def bad(state: S) -> dict[str, Any]:
+        return {"value": Unserialisable()}
+
+    graph = StateGraph(S)
+    graph.add_node("good", good)
+    graph.add_node("bad", bad)
+    graph.add_edge(START, "good")
+    graph.add_edge("good", "bad")
+    async with DeterministicSaver(ready, run_id_policy="off") as saver:
+        app = graph.compile(checkpointer=saver)
+        config: RunnableConfig = {"configurable": {"thread_id": "graph-ser"}}
+        with pytest.raises(SerializationError):
+            await app.ainvoke({"n": 0}, config, durability="sync")
+        history = [s async for s in app.aget_state_history(config)]
+        # The steps before the bad one are intact; the bad value was never stored.
+        assert history and all("value" not in s.values for s in history)
+        assert history[0].values["n"] == 1
+
+
+def test_prune_refuses_delta_threads_and_prunes_nothing(ready: str) -> None:
+    with DeterministicSaver(ready, run_id_policy="off") as saver:
+        config: RunnableConfig = {"configurable": {"thread_id": "delta", "checkpoint_ns": ""}}
+        for step in range(3):
+            cp = empty_checkpoint()
+            config = saver.put(config, cp, {"step": step, "counters_since_delta_snapshot": {}}, {})  # type: ignore[typeddict-unknown-key]
+        plain: RunnableConfig = {"configurable": {"thread_id": "plain", "checkpoint_ns": ""}}
+        for step in range(3):
+            plain = saver.put(plain, empty_checkpoint(), {"step": step}, {})
+        with pytest.raises(PruneRefusedError, match="delete") as info:
+            saver.prune(["plain", "delta"])
+        assert isinstance(info.value, NotImplementedError)  # what the base API documents
+        assert len(list(saver.list({"configurable": {"thread_id": "plain"}}))) == 3
+        saver.prune(["plain"])
+        assert len(list(saver.list({"configurable": {"thread_id": "plain"}}))) == 1
