@@ -67,7 +67,8 @@ def _views(graph: Any, saver: BaseCheckpointSaver[Any], thread: str) -> dict[str
         "history": list(graph.get_state_history(config)),
         "pending_writes": head.pending_writes,
         "subgraph_checkpoints": sorted(
-            t.config["configurable"]["checkpoint_ns"] for t in saver.list(None, filter={"run_id": "run-1"})
+            t.config["configurable"]["checkpoint_ns"]
+            for t in saver.list(None, filter={"run_id": "run-1"})
         ),
     }
 
@@ -91,7 +92,12 @@ def test_sync_cross_compatibility(db: str, writer: str, reader: str) -> None:
         # The other saver resumes the interrupted run and completes it...
         final = g2.invoke(Command(resume="yes"), cfg(thread, "run-2"))
         assert final["approved"] == "yes"
-        assert [m.content for m in final["messages"]] == ["hello", "planning", "polished", "done: yes"]
+        assert [m.content for m in final["messages"]] == [
+            "hello",
+            "planning",
+            "polished",
+            "done: yes",
+        ]
         # ...and the first saver sees exactly the same completed thread.
         assert _views(g1, first, thread)["history"] == _views(g2, second, thread)["history"]
         assert g1.get_state({"configurable": {"thread_id": thread}}).next == ()

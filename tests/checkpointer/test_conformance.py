@@ -35,5 +35,7 @@ async def test_conformance_suite_passes_with_every_capability(dsn: str) -> None:
         if result is not None and not result.passed
     }
     assert report.passed_all(), failures
-    ran = {name for name, result in report.results.items() if result is not None and result.detected}
+    ran = {
+        name for name, result in report.results.items() if result is not None and result.detected
+    }
     assert ran == {c.value for c in ALL_CAPABILITIES}

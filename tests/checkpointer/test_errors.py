@@ -116,7 +116,7 @@ def test_unserialisable_channel_value_writes_nothing(ready: str) -> None:
         checkpoint["channel_values"] = {"ok": ["fine"], "bad": Unserialisable()}
         checkpoint["channel_versions"] = {"ok": "1", "bad": "1"}
         config: RunnableConfig = {"configurable": {"thread_id": "ser", "checkpoint_ns": ""}}
-        with pytest.raises(SerializationError, match="channel 'bad'.*serde") as info:
+        with pytest.raises(SerializationError, match=r"channel 'bad'.*serde") as info:
             saver.put(config, checkpoint, {}, {"ok": "1", "bad": "1"})
         assert isinstance(info.value, DeterministicError)
         config["configurable"]["checkpoint_id"] = checkpoint["id"]

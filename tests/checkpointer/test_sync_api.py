@@ -144,4 +144,3 @@ def test_sync_delta_history_matches_the_generic_walk(ready: str) -> None:
         assert [w[2] for w in ours["log"]["writes"]] == [
             "w2a", "w2b", "w3a", "w3b", "w4a", "w4b"
         ]  # fmt: skip
-

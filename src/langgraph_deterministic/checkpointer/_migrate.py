@@ -18,6 +18,7 @@ filled in, never rewritten.
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cache
 from importlib import resources
@@ -84,7 +85,9 @@ def latest_version() -> int:
     return discover()[-1].version
 
 
-def _single(sql: str, params: object = None, fetch: bool = False) -> Batch:
+def _single(
+    sql: str, params: Sequence[object] | None = None, fetch: bool = False
+) -> Batch:
     return Batch((Statement(sql, params, fetch=fetch, prepare=False),), pipeline=False)
 
 

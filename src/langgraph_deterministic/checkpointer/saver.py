@@ -12,7 +12,12 @@ import asyncio
 import logging
 import threading
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
-from contextlib import AbstractAsyncContextManager, AbstractContextManager, asynccontextmanager, contextmanager
+from contextlib import (
+    AbstractAsyncContextManager,
+    AbstractContextManager,
+    asynccontextmanager,
+    contextmanager,
+)
 from types import TracebackType
 from typing import Any, Literal, TypeVar
 
@@ -55,7 +60,7 @@ def _execute(conn: Connection[Any], batch: Batch) -> Results:
     if not batch.atomic and len(statements) == 1 and batch.pipeline:
         (st,) = statements
         with conn.cursor(binary=True) as cur:
-            cur.execute(st.sql, st.params, prepare=st.prepare)  # type: ignore[arg-type]
+            cur.execute(st.sql, st.params, prepare=st.prepare)
             return [cur.fetchall() if st.fetch else None]
     if not batch.pipeline:
         # DDL and statements that must not run inside a pipeline (multi-statement
@@ -63,7 +68,7 @@ def _execute(conn: Connection[Any], batch: Batch) -> Results:
         results: Results = []
         with _transaction(conn, batch) if batch.atomic else _nothing(), conn.cursor() as cur:
             for st in statements:
-                cur.execute(st.sql, st.params, prepare=st.prepare)  # type: ignore[arg-type]
+                cur.execute(st.sql, st.params, prepare=st.prepare)
                 results.append(cur.fetchall() if st.fetch else None)
         return results
     cursors = []
@@ -73,7 +78,7 @@ def _execute(conn: Connection[Any], batch: Batch) -> Results:
             if st.many:
                 cur.executemany(st.sql, st.params)  # type: ignore[arg-type]
             else:
-                cur.execute(st.sql, st.params, prepare=st.prepare)  # type: ignore[arg-type]
+                cur.execute(st.sql, st.params, prepare=st.prepare)
             cursors.append(cur)
     return [
         cur.fetchall() if st.fetch else None for cur, st in zip(cursors, statements, strict=True)
@@ -85,13 +90,16 @@ async def _aexecute(conn: AsyncConnection[Any], batch: Batch) -> Results:
     if not batch.atomic and len(statements) == 1 and batch.pipeline:
         (st,) = statements
         async with conn.cursor(binary=True) as cur:
-            await cur.execute(st.sql, st.params, prepare=st.prepare)  # type: ignore[arg-type]
+            await cur.execute(st.sql, st.params, prepare=st.prepare)
             return [await cur.fetchall() if st.fetch else None]
     if not batch.pipeline:
         results: Results = []
-        async with _atransaction(conn, batch) if batch.atomic else _anothing(), conn.cursor() as cur:
+        async with (
+            _atransaction(conn, batch) if batch.atomic else _anothing(),
+            conn.cursor() as cur,
+        ):
             for st in statements:
-                await cur.execute(st.sql, st.params, prepare=st.prepare)  # type: ignore[arg-type]
+                await cur.execute(st.sql, st.params, prepare=st.prepare)
                 results.append(await cur.fetchall() if st.fetch else None)
         return results
     cursors = []
@@ -101,7 +109,7 @@ async def _aexecute(conn: AsyncConnection[Any], batch: Batch) -> Results:
             if st.many:
                 await cur.executemany(st.sql, st.params)  # type: ignore[arg-type]
             else:
-                await cur.execute(st.sql, st.params, prepare=st.prepare)  # type: ignore[arg-type]
+                await cur.execute(st.sql, st.params, prepare=st.prepare)
             cursors.append(cur)
     return [
         await cur.fetchall() if st.fetch else None
@@ -356,6 +364,13 @@ class DeterministicSaver(BaseCheckpointSaver[str]):
 
     async def asetup(self, *, phase: _migrate.Phase = "all") -> list[str]:
         return await self._arun(_locked(_migrate.migrate(phase)))
+
+    def applied_migrations(self) -> set[int]:
+        """Versions of this package's migrations applied to the database."""
+        return self._run(_migrate.applied_versions())
+
+    async def aapplied_migrations(self) -> set[int]:
+        return await self._arun(_migrate.applied_versions())
 
     # -- BaseCheckpointSaver: sync ---------------------------------------------------
 

@@ -1,0 +1,166 @@
+"""Migrations: ordered, idempotent, safe to run from many processes at once, online-safe,
+and polite to a database langgraph-checkpoint-postgres already set up."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from collections.abc import Iterator
+from typing import Any
+
+import psycopg
+import pytest
+from langgraph.checkpoint.postgres import PostgresSaver
+from psycopg.rows import dict_row
+
+from langgraph_deterministic import ConfigurationError, DeterministicSaver
+from langgraph_deterministic.checkpointer import _core
+from langgraph_deterministic.checkpointer._migrate import VERSION_TABLE, discover
+from langgraph_deterministic.embedded import create_database, database_name, drop_database
+
+
+@pytest.fixture
+def fresh(pg_server_dsn: str) -> Iterator[str]:
+    dsn = create_database(pg_server_dsn, prefix="lgd_mig")
+    yield dsn
+    drop_database(pg_server_dsn, database_name(dsn))
+
+
+def _schema(dsn: str) -> dict[str, Any]:
+    """Everything of the peer's that our setup must not change."""
+    with psycopg.connect(dsn) as conn:
+        columns = conn.execute(
+            "SELECT table_name, column_name, data_type, is_nullable, column_default "
+            "FROM information_schema.columns WHERE table_name LIKE 'checkpoint%' "
+            "ORDER BY 1, 2"
+        ).fetchall()
+        indexes = conn.execute(
+            "SELECT indexname, indexdef FROM pg_indexes WHERE tablename LIKE 'checkpoint%' "
+            "ORDER BY 1"
+        ).fetchall()
+        versions = conn.execute("SELECT v FROM checkpoint_migrations ORDER BY v").fetchall()
+    return {"columns": columns, "indexes": indexes, "versions": versions}
+
+
+def test_setup_is_idempotent_and_records_every_version(fresh: str) -> None:
+    with DeterministicSaver(fresh) as saver:
+        first = saver.setup()
+        assert first == [f"{m.version:04d}_{m.phase}_{m.name}" for m in discover()]
+        assert saver.setup() == []
+        assert saver.applied_migrations() == {m.version for m in discover()}
+
+
+def test_setup_over_the_peers_schema_adds_only_ours(fresh: str) -> None:
+    with psycopg.connect(fresh, autocommit=True, row_factory=dict_row) as conn:
+        PostgresSaver(conn).setup()
+    before = _schema(fresh)
+    with DeterministicSaver(fresh) as saver:
+        saver.setup()
+    after = _schema(fresh)
+    assert after["columns"] == before["columns"]
+    assert after["versions"] == before["versions"]
+    added = set(after["indexes"]) - set(before["indexes"])
+    assert set(before["indexes"]) <= set(after["indexes"])
+    assert {name for name, _ in added} == {"checkpoints_run_id_idx"}
+
+
+def test_peer_setup_after_ours_finds_nothing_to_do(fresh: str) -> None:
+    with DeterministicSaver(fresh) as saver:
+        saver.setup()
+    before = _schema(fresh)
+    with psycopg.connect(fresh, autocommit=True, row_factory=dict_row) as conn:
+        PostgresSaver(conn).setup()
+    assert _schema(fresh) == before
+
+
+def test_concurrent_setup_from_many_processes(fresh: str) -> None:
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-m", "langgraph_deterministic.cli", "migrate", "--dsn", fresh],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(4)
+    ]
+    outputs = [p.communicate(timeout=120) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0, 0, 0], outputs
+    # Exactly one process applied the migrations; the others found them done.
+    appliers = [out for out, _ in outputs if "applied" in out]
+    assert len(appliers) == 1, outputs
+    with psycopg.connect(fresh) as conn:
+        rows = conn.execute(f"SELECT version FROM {VERSION_TABLE} ORDER BY 1").fetchall()
+        assert [r[0] for r in rows] == [m.version for m in discover()]
+        # The advisory lock is released: nobody holds it any more.
+        held = conn.execute(
+            "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND granted"
+        ).fetchone()
+        assert held == (0,)
+
+
+def test_an_interrupted_concurrent_index_build_is_redone(fresh: str) -> None:
+    with DeterministicSaver(fresh) as saver:
+        saver.setup(phase="pre")
+    with psycopg.connect(fresh, autocommit=True) as conn:
+        # Reproduce what a killed CREATE INDEX CONCURRENTLY leaves: an INVALID index of
+        # that name. A unique build over duplicates fails in exactly that state.
+        conn.execute("DROP INDEX checkpoints_run_id_idx")
+        conn.execute(f"DELETE FROM {VERSION_TABLE} WHERE version = 3")
+        for i in range(2):
+            conn.execute(
+                "INSERT INTO checkpoints (thread_id, checkpoint_ns, checkpoint_id, checkpoint, metadata)"
+                " VALUES ('t', '', %s, '{}', '{\"run_id\": \"dup\"}')",
+                (f"c{i}",),
+            )
+        with pytest.raises(psycopg.errors.UniqueViolation):
+            conn.execute(
+                "CREATE UNIQUE INDEX CONCURRENTLY checkpoints_run_id_idx "
+                "ON checkpoints ((metadata ->> 'run_id'))"
+            )
+        valid = conn.execute(
+            "SELECT indisvalid FROM pg_index WHERE indexrelid = 'checkpoints_run_id_idx'::regclass"
+        ).fetchone()
+        assert valid == (False,)
+    with DeterministicSaver(fresh) as saver:
+        assert saver.setup() == ["0003_pre_run_id_index"]
+    with psycopg.connect(fresh) as conn:
+        row = conn.execute(
+            "SELECT i.indisvalid, i.indisunique FROM pg_index i "
+            "WHERE indexrelid = 'checkpoints_run_id_idx'::regclass"
+        ).fetchone()
+        assert row == (True, False)
+
+
+def test_post_phase_needs_the_pre_phase_first(fresh: str) -> None:
+    with DeterministicSaver(fresh) as saver, pytest.raises(ConfigurationError, match="--phase pre"):
+        saver.setup(phase="post")
+
+
+def test_run_id_filters_are_index_lookups(fresh: str) -> None:
+    with DeterministicSaver(fresh) as saver:
+        saver.setup()
+    sql = (
+        _core.queries()["select_checkpoint"]
+        + "\nWHERE (c.metadata ->> 'run_id') = %s AND c.metadata @> %s ORDER BY c.checkpoint_id DESC"
+    )
+    with psycopg.connect(fresh) as conn:
+        conn.execute(
+            "INSERT INTO checkpoints (thread_id, checkpoint_ns, checkpoint_id, checkpoint, metadata) "
+            "SELECT 't' || (g % 100), '', lpad(g::text, 10, '0'), '{}', "
+            "jsonb_build_object('run_id', 'run-' || g, 'step', 1) FROM generate_series(1, 20000) g"
+        )
+        conn.execute("ANALYZE checkpoints")
+        plan = "\n".join(
+            r[0]
+            for r in conn.execute(
+                "EXPLAIN " + sql, ("run-77", psycopg.types.json.Jsonb({"run_id": "run-77"}))
+            ).fetchall()
+        )
+        assert "checkpoints_run_id_idx" in plan, plan
+        delete_plan = "\n".join(
+            r[0]
+            for r in conn.execute(
+                "EXPLAIN " + _core.queries()["delete_for_runs"], {"run_ids": ["run-5", "run-6"]}
+            ).fetchall()
+        )
+        assert "checkpoints_run_id_idx" in delete_plan, delete_plan
