@@ -1,6 +1,7 @@
 """langgraph-deterministic: make LangGraph agents safe to retry and safe to replay."""
 
 from langgraph_deterministic.checkpointer import DeterministicSaver
+from langgraph_deterministic.config import run_config
 from langgraph_deterministic.errors import (
     ConcurrentRunError,
     ConfigurationError,
@@ -26,4 +27,5 @@ __all__ = [
     "RunSupersededError",
     "SchemaNotReadyError",
     "SerializationError",
+    "run_config",
 ]
