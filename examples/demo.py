@@ -33,8 +33,8 @@ from langgraph.prebuilt import ToolNode
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
-from langgraph_deterministic import DeterministicSaver, run_config  # noqa: E402
-from langgraph_deterministic.embedded import (  # noqa: E402
+from langgraph_deterministic import DeterministicSaver, run_config
+from langgraph_deterministic.embedded import (
     create_database,
     database_name,
     drop_database,
@@ -198,7 +198,7 @@ def run_demo(dsn: str) -> int:
     keys = list(next(iter(rows.values())))
     print(f"{'':24}" + "".join(f"{d:>18}" for d in rows))
     for key in keys:
-        print(f"{key:24}" + "".join(f"{str(r[key]):>18}" for r in rows.values()))
+        print(f"{key:24}" + "".join(f"{r[key]!s:>18}" for r in rows.values()))
     ok = rows["deterministic"] == {
         "user messages": 1,
         "unanswered tool calls": 0,
