@@ -12,11 +12,12 @@ inside one transaction: a write either lands whole or not at all.
 from __future__ import annotations
 
 import random
+import uuid
 from collections.abc import Awaitable, Callable, Generator, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cache
 from importlib import resources
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal, TypeVar, cast
 
 import psycopg
 import psycopg.errors
@@ -30,13 +31,21 @@ from langgraph.checkpoint.base import (
     DeltaChannelHistory,
     PendingWrite,
     get_checkpoint_id,
-    get_serializable_checkpoint_metadata,
     writes_sort_key,
 )
 from langgraph.checkpoint.serde.base import SerializerProtocol
 from langgraph.checkpoint.serde.types import TASKS, _DeltaSnapshot
 from psycopg.types.json import Jsonb
 
+from langgraph_deterministic.checkpointer.contract import (
+    ATTEMPT_KEY,
+    RUN_ID_KEY,
+    CallInfo,
+    LedgerRow,
+    RunContract,
+    RunRecord,
+    translate_guard_error,
+)
 from langgraph_deterministic.errors import (
     ConfigurationError,
     DatabaseUnavailableError,
@@ -46,6 +55,9 @@ from langgraph_deterministic.errors import (
 )
 
 T = TypeVar("T")
+
+# Storage without the retry contract (policy "off"): what the peer does, minus secrets.
+_NO_CONTRACT = RunContract("off")
 
 Isolation = Literal["read committed", "repeatable read", "serializable"]
 
@@ -183,12 +195,10 @@ def load_tuple(codec: Codec, row: Sequence[Any]) -> CheckpointTuple:
             range(len(task_ids)),
             key=lambda i: writes_sort_key(task_paths[i], task_ids[i], idxs[i]),
         )
-        writes = [
-            (task_ids[i], w_channels[i], codec.loads(w_types[i], w_blobs[i])) for i in order
-        ]
+        writes = [(task_ids[i], w_channels[i], codec.loads(w_types[i], w_blobs[i])) for i in order]
     return CheckpointTuple(
         config=config_for(thread_id, ns, checkpoint_id),
-        checkpoint={**checkpoint, "channel_values": values},
+        checkpoint=cast(Checkpoint, {**checkpoint, "channel_values": values}),
         metadata=metadata,
         parent_config=config_for(thread_id, ns, parent_id) if parent_id else None,
         pending_writes=writes,
@@ -250,9 +260,41 @@ def _with_pending_sends(codec: Codec, rows: list[tuple[Any, ...]]) -> Operation[
         rows[rows.index(row)] = tuple(row_list)
 
 
-def get_tuple(codec: Codec, config: RunnableConfig) -> Operation[CheckpointTuple | None]:
+def get_tuple(
+    codec: Codec, config: RunnableConfig, contract: RunContract | None = None
+) -> Operation[CheckpointTuple | None]:
     thread_id, ns = _thread_ns(config)
     select = queries()["select_checkpoint"]
+    info = contract.call_info(config, thread_id, ns) if contract is not None else None
+    if info is not None and contract is not None and contract.checks_start(info):
+        # A graph run loading its thread: the start checks, decided before LangGraph
+        # applies any input. The ledger row rides along in the same statement (it is
+        # looked up only when the head is another run's), so this is still one round trip.
+        contract.require_run_id(info, "A graph run")
+        (rows,) = yield Batch.read(
+            queries()["select_head_with_run"].replace("{select_checkpoint}", select),
+            {"thread_id": thread_id, "run_id": info.run_id},
+        )
+        row = rows[0] if rows else None
+        head = row[:15] if row is not None and row[0] is not None else None
+        ledger = (
+            LedgerRow(status=row[15], last_checkpoint_id=row[16], input_fingerprint=row[17])
+            if row is not None and row[15] is not None
+            else None
+        )
+        decision = contract.decide_start(info, head[5] if head else None, ledger)
+        if decision.action == "final":
+            sql = (
+                select
+                + "\nWHERE c.thread_id = %s AND c.checkpoint_ns = '' AND c.checkpoint_id = %s"
+            )
+            (found,) = yield Batch.read(sql, (thread_id, decision.checkpoint_id))
+            head = found[0] if found else None
+        if head is None:
+            return None
+        rows = [head]
+        yield from _with_pending_sends(codec, rows)
+        return _for_graph_run(load_tuple(codec, rows[0]), info)
     if checkpoint_id := get_checkpoint_id(config):
         sql = select + "\nWHERE c.thread_id = %s AND c.checkpoint_ns = %s AND c.checkpoint_id = %s"
         params: tuple[Any, ...] = (thread_id, ns, checkpoint_id)
@@ -266,7 +308,26 @@ def get_tuple(codec: Codec, config: RunnableConfig) -> Operation[CheckpointTuple
     if not rows:
         return None
     yield from _with_pending_sends(codec, rows)
-    return load_tuple(codec, rows[0])
+    found_tuple = load_tuple(codec, rows[0])
+    if info is not None and contract is not None and contract.enforced and info.in_graph_run:
+        return _for_graph_run(found_tuple, info)
+    return found_tuple
+
+
+def _for_graph_run(found: CheckpointTuple, info: CallInfo) -> CheckpointTuple:
+    """The tuple a graph run loads: with an attempt token in its config (LangGraph copies
+    it into every write of this run attempt, which is how the fencing tells attempts
+    apart), and the run id in the form the caller used, so LangGraph's own
+    ``metadata.run_id`` comparison holds for a ``uuid.UUID`` too."""
+    configurable = {**found.config["configurable"], ATTEMPT_KEY: uuid.uuid4().hex}
+    metadata = found.metadata
+    if (
+        info.raw_run_id is not None
+        and not isinstance(info.raw_run_id, str)
+        and metadata.get(RUN_ID_KEY) == info.run_id
+    ):
+        metadata = cast(CheckpointMetadata, {**metadata, RUN_ID_KEY: info.raw_run_id})
+    return found._replace(config={**found.config, "configurable": configurable}, metadata=metadata)
 
 
 def list_checkpoints(
@@ -320,9 +381,14 @@ def put(
     checkpoint: Checkpoint,
     metadata: CheckpointMetadata,
     new_versions: ChannelVersions,
+    contract: RunContract | None = None,
 ) -> Operation[RunnableConfig]:
     thread_id, ns = _thread_ns(config)
     parent_id = config["configurable"].get("checkpoint_id")
+    if contract is None:
+        contract = _NO_CONTRACT
+    info = contract.call_info(config, thread_id, ns)
+    contract.require_run_id(info, "A checkpoint write")
     stored = checkpoint.copy()
     inline = stored["channel_values"] = dict(checkpoint["channel_values"])
     # Primitives stay inline in the checkpoint row (as the peer does); everything else
@@ -339,6 +405,12 @@ def put(
             type_, blob = codec.dumps(f"channel {channel!r}", value)
             blob_rows.append((thread_id, ns, channel, str(new_versions[channel]), type_, blob))
     statements = []
+    guard = contract.guard_put(info, parent_id, checkpoint, metadata)
+    if guard is not None:
+        # First in the transaction: claim the parent's one child slot (fencing) and keep
+        # the run ledger. Pipelined with the rest: no extra round trip.
+        guard["versions_seen"] = Jsonb(guard["versions_seen"])
+        statements.append(Statement(queries()["guard_put"], guard))
     if blob_rows:
         statements.append(Statement(queries()["upsert_blob"], blob_rows, many=True))
     statements.append(
@@ -350,11 +422,16 @@ def put(
                 checkpoint["id"],
                 parent_id,
                 Jsonb(stored),
-                Jsonb(get_serializable_checkpoint_metadata(config, metadata)),
+                Jsonb(contract.stored_metadata(config, metadata, info)),
             ),
         )
     )
-    yield Batch.write(*statements)
+    try:
+        yield Batch.write(*statements)
+    except Exception as exc:
+        if (ours := translate_guard_error(exc, info)) is not None:
+            raise ours from None
+        raise
     return config_for(thread_id, ns, checkpoint["id"])
 
 
@@ -364,21 +441,78 @@ def put_writes(
     writes: Sequence[tuple[str, Any]],
     task_id: str,
     task_path: str,
+    contract: RunContract | None = None,
 ) -> Operation[None]:
     if not writes:
         return
     thread_id, ns = _thread_ns(config)
+    if contract is None:
+        contract = _NO_CONTRACT
+    info = contract.call_info(config, thread_id, ns)
+    contract.require_run_id(info, "A pending write")
     checkpoint_id = config["configurable"]["checkpoint_id"]
     rows = []
     for idx, (channel, value) in enumerate(writes):
         type_, blob = codec.dumps(f"a write to channel {channel!r}", value)
         rows.append(
-            (thread_id, ns, checkpoint_id, task_id, task_path,
-             WRITES_IDX_MAP.get(channel, idx), channel, type_, blob)  # fmt: skip
+            (
+                thread_id,
+                ns,
+                checkpoint_id,
+                task_id,
+                task_path,
+                WRITES_IDX_MAP.get(channel, idx),
+                channel,
+                type_,
+                blob,
+            )
         )
     special = all(channel in WRITES_IDX_MAP for channel, _ in writes)
     sql = queries()["upsert_write" if special else "insert_write"]
-    yield Batch.write(Statement(sql, rows, many=True))
+    statements = []
+    guard = contract.guard_writes(info, checkpoint_id, task_id, (c for c, _ in writes))
+    if guard is not None:
+        statements.append(Statement(queries()["guard_writes"], guard))
+    statements.append(Statement(sql, rows, many=True))
+    try:
+        yield Batch.write(*statements)
+    except Exception as exc:
+        if (ours := translate_guard_error(exc, info)) is not None:
+            raise ours from None
+        raise
+
+
+def get_run(codec: Codec, thread_id: str, run_id: str) -> Operation[RunRecord | None]:
+    """The ledger row of one run and the checkpoint it last wrote (its final state once it
+    has finished), in one round trip."""
+    (rows,) = yield Batch.read(
+        queries()["select_run"].replace("{select_checkpoint}", queries()["select_checkpoint"]),
+        {"thread_id": str(thread_id), "run_id": str(run_id)},
+    )
+    if not rows:
+        return None
+    row = rows[0]
+    (thread, run, status, attempts, first_id, last_id, fingerprint, superseded_by,
+     created_at, updated_at) = row[:10]  # fmt: skip
+    checkpoint_row = row[10:]
+    state = None
+    if checkpoint_row[0] is not None:
+        found = [tuple(checkpoint_row)]
+        yield from _with_pending_sends(codec, found)
+        state = load_tuple(codec, found[0])
+    return RunRecord(
+        thread_id=thread,
+        run_id=run,
+        status=status,
+        attempts=attempts,
+        first_checkpoint_id=first_id,
+        last_checkpoint_id=last_id,
+        input_fingerprint=fingerprint,
+        superseded_by=superseded_by,
+        created_at=created_at,
+        updated_at=updated_at,
+        last_checkpoint=state,
+    )
 
 
 def delete_thread(thread_id: str) -> Operation[None]:
@@ -456,8 +590,12 @@ def delta_history(
         checkpoint_id = head.config["configurable"]["checkpoint_id"]
     (rows,) = yield Batch.read(
         queries()["delta_history"],
-        {"thread_id": thread_id, "checkpoint_ns": ns, "checkpoint_id": checkpoint_id,
-         "channels": channels},  # fmt: skip
+        {
+            "thread_id": thread_id,
+            "checkpoint_ns": ns,
+            "checkpoint_id": checkpoint_id,
+            "channels": channels,
+        },
     )
     writes: dict[str, list[tuple[int, tuple[str, str, int], PendingWrite]]] = {
         ch: [] for ch in channels

@@ -11,7 +11,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
-from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
+import uuid
+from collections.abc import AsyncIterator, Iterable, Iterator, Mapping, Sequence
 from contextlib import (
     AbstractAsyncContextManager,
     AbstractContextManager,
@@ -37,6 +38,11 @@ from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
 from langgraph_deterministic.checkpointer import _core, _migrate
 from langgraph_deterministic.checkpointer._core import Batch, Operation, Results
+from langgraph_deterministic.checkpointer.contract import (
+    DEFAULT_METADATA_KEYS,
+    RunContract,
+    RunRecord,
+)
 from langgraph_deterministic.errors import ConfigurationError
 
 logger = logging.getLogger("langgraph_deterministic")
@@ -169,6 +175,7 @@ class DeterministicSaver(BaseCheckpointSaver[str]):
         run_id_policy: RunIdPolicy = "require",
         serde: SerializerProtocol | None = None,
         pool_max_size: int = 10,
+        metadata_keys: Iterable[str] | None = None,
     ) -> None:
         super().__init__(serde=serde)
         if run_id_policy not in ("require", "warn", "off"):
@@ -176,6 +183,11 @@ class DeterministicSaver(BaseCheckpointSaver[str]):
                 f"run_id_policy must be 'require', 'warn' or 'off', not {run_id_policy!r}."
             )
         self.run_id_policy: RunIdPolicy = run_id_policy
+        # Configurable keys copied into stored checkpoint metadata (see contract.py).
+        self.metadata_keys = (
+            DEFAULT_METADATA_KEYS if metadata_keys is None else frozenset(metadata_keys)
+        )
+        self._contract: RunContract | None = None
         self._codec = _core.Codec(self.serde)
         self._dsn: str | None = None
         self._pool: ConnectionPool[Any] | None = None
@@ -372,10 +384,33 @@ class DeterministicSaver(BaseCheckpointSaver[str]):
     async def aapplied_migrations(self) -> set[int]:
         return await self._arun(_migrate.applied_versions())
 
+    # -- the retry contract ------------------------------------------------------------
+
+    @property
+    def contract(self) -> RunContract:
+        """The run-id policy and metadata allow-list in force (see ``contract.py``)."""
+        current = self._contract
+        if (
+            current is None
+            or current.policy != self.run_id_policy
+            or current.metadata_keys != self.metadata_keys
+        ):
+            current = self._contract = RunContract(self.run_id_policy, self.metadata_keys)
+        return current
+
+    def get_run(self, thread_id: str, run_id: str | uuid.UUID) -> RunRecord | None:
+        """A run from the ledger, with the checkpoint it wrote last (its final state once
+        it has finished); None if this thread has no such run."""
+        return self._run(_core.get_run(self._codec, str(thread_id), str(run_id)))
+
+    async def aget_run(self, thread_id: str, run_id: str | uuid.UUID) -> RunRecord | None:
+        """Async :meth:`get_run`."""
+        return await self._arun(_core.get_run(self._codec, str(thread_id), str(run_id)))
+
     # -- BaseCheckpointSaver: sync ---------------------------------------------------
 
     def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
-        return self._run(_core.get_tuple(self._codec, config))
+        return self._run(_core.get_tuple(self._codec, config, self.contract))
 
     def list(
         self,
@@ -394,7 +429,9 @@ class DeterministicSaver(BaseCheckpointSaver[str]):
         metadata: CheckpointMetadata,
         new_versions: ChannelVersions,
     ) -> RunnableConfig:
-        return self._run(_core.put(self._codec, config, checkpoint, metadata, new_versions))
+        return self._run(
+            _core.put(self._codec, config, checkpoint, metadata, new_versions, self.contract)
+        )
 
     def put_writes(
         self,
@@ -403,7 +440,7 @@ class DeterministicSaver(BaseCheckpointSaver[str]):
         task_id: str,
         task_path: str = "",
     ) -> None:
-        self._run(_core.put_writes(self._codec, config, writes, task_id, task_path))
+        self._run(_core.put_writes(self._codec, config, writes, task_id, task_path, self.contract))
 
     def delete_thread(self, thread_id: str) -> None:
         self._run(_core.delete_thread(thread_id))
@@ -428,7 +465,7 @@ class DeterministicSaver(BaseCheckpointSaver[str]):
     # -- BaseCheckpointSaver: async --------------------------------------------------
 
     async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
-        return await self._arun(_core.get_tuple(self._codec, config))
+        return await self._arun(_core.get_tuple(self._codec, config, self.contract))
 
     async def alist(
         self,
@@ -450,7 +487,9 @@ class DeterministicSaver(BaseCheckpointSaver[str]):
         metadata: CheckpointMetadata,
         new_versions: ChannelVersions,
     ) -> RunnableConfig:
-        return await self._arun(_core.put(self._codec, config, checkpoint, metadata, new_versions))
+        return await self._arun(
+            _core.put(self._codec, config, checkpoint, metadata, new_versions, self.contract)
+        )
 
     async def aput_writes(
         self,
@@ -459,7 +498,9 @@ class DeterministicSaver(BaseCheckpointSaver[str]):
         task_id: str,
         task_path: str = "",
     ) -> None:
-        await self._arun(_core.put_writes(self._codec, config, writes, task_id, task_path))
+        await self._arun(
+            _core.put_writes(self._codec, config, writes, task_id, task_path, self.contract)
+        )
 
     async def adelete_thread(self, thread_id: str) -> None:
         await self._arun(_core.delete_thread(thread_id))

@@ -72,12 +72,16 @@ ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id, task_id, idx) DO NOTHING
 
 -- name: delete_thread
 WITH c AS (DELETE FROM checkpoints WHERE thread_id = %(thread_id)s),
-     w AS (DELETE FROM checkpoint_writes WHERE thread_id = %(thread_id)s)
+     w AS (DELETE FROM checkpoint_writes WHERE thread_id = %(thread_id)s),
+     ch AS (DELETE FROM lgd_chain WHERE thread_id = %(thread_id)s),
+     r AS (DELETE FROM lgd_runs WHERE thread_id = %(thread_id)s)
 DELETE FROM checkpoint_blobs WHERE thread_id = %(thread_id)s
 
 -- name: delete_threads
 WITH c AS (DELETE FROM checkpoints WHERE thread_id = ANY(%(thread_ids)s)),
-     w AS (DELETE FROM checkpoint_writes WHERE thread_id = ANY(%(thread_ids)s))
+     w AS (DELETE FROM checkpoint_writes WHERE thread_id = ANY(%(thread_ids)s)),
+     ch AS (DELETE FROM lgd_chain WHERE thread_id = ANY(%(thread_ids)s)),
+     r AS (DELETE FROM lgd_runs WHERE thread_id = ANY(%(thread_ids)s))
 DELETE FROM checkpoint_blobs WHERE thread_id = ANY(%(thread_ids)s)
 
 -- name: delete_for_runs
@@ -91,6 +95,13 @@ WITH doomed AS (
     DELETE FROM checkpoint_writes w USING doomed d
     WHERE w.thread_id = d.thread_id AND w.checkpoint_ns = d.checkpoint_ns
       AND w.checkpoint_id = d.checkpoint_id
+), chain AS (
+    -- A deleted checkpoint no longer holds its parent's child slot.
+    DELETE FROM lgd_chain ch USING doomed d
+    WHERE ch.thread_id = d.thread_id AND ch.checkpoint_ns = d.checkpoint_ns
+      AND ch.checkpoint_id = d.checkpoint_id
+), ledger AS (
+    DELETE FROM lgd_runs WHERE run_id = ANY(%(run_ids)s)
 ), freed AS (
     SELECT DISTINCT d.thread_id, d.checkpoint_ns, v.key AS channel, v.value AS version
     FROM doomed d CROSS JOIN LATERAL jsonb_each_text(d.versions) AS v
@@ -245,3 +256,42 @@ LEFT JOIN checkpoint_blobs b
  AND b.channel = ch AND b.type <> 'empty'
  AND b.version = w.checkpoint -> 'channel_versions' ->> ch
 WHERE w.checkpoint -> 'channel_values' ? ch OR b.channel IS NOT NULL
+
+-- name: select_head_with_run
+-- The latest root checkpoint of a thread (as select_checkpoint) plus, when it was not
+-- written by the calling run, that run's ledger row: the start checks of a graph run in
+-- one round trip. Always returns one row (NULLs when the thread is new).
+WITH head AS (
+    {select_checkpoint}
+    WHERE c.thread_id = %(thread_id)s AND c.checkpoint_ns = ''
+    ORDER BY c.checkpoint_id DESC LIMIT 1
+)
+SELECT head.*, r.status, r.last_checkpoint_id, r.input_fingerprint
+FROM (SELECT 1) AS one
+LEFT JOIN head ON true
+LEFT JOIN lgd_runs r
+  ON r.thread_id = %(thread_id)s AND r.run_id = %(run_id)s
+ AND (head.metadata ->> 'run_id') IS DISTINCT FROM %(run_id)s
+
+-- name: select_run
+-- A run's ledger row and its last root checkpoint, in one round trip.
+SELECT r.thread_id, r.run_id, r.status, r.attempts, r.first_checkpoint_id,
+       r.last_checkpoint_id, r.input_fingerprint, r.superseded_by, r.created_at,
+       r.updated_at, cp.*
+FROM lgd_runs r
+LEFT JOIN LATERAL (
+    {select_checkpoint}
+    WHERE c.thread_id = r.thread_id AND c.checkpoint_ns = '' AND c.checkpoint_id = r.last_checkpoint_id
+) cp ON true
+WHERE r.thread_id = %(thread_id)s AND r.run_id = %(run_id)s
+
+-- name: guard_put
+SELECT lgd_guard_put(
+    %(thread_id)s, %(checkpoint_ns)s, %(parent_id)s, %(checkpoint_id)s, %(run_id)s,
+    %(attempt)s, %(ledger)s, %(fingerprint)s, %(source)s, %(versions_seen)s,
+    %(tasks_version)s)
+
+-- name: guard_writes
+SELECT lgd_guard_writes(
+    %(thread_id)s, %(checkpoint_ns)s, %(checkpoint_id)s, %(attempt)s, %(run_id)s,
+    %(command)s, %(interrupted)s)

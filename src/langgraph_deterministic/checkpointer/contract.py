@@ -1,0 +1,616 @@
+"""The retry contract, as pure decisions: no I/O here.
+
+The saver core (``_core``) asks this module three kinds of question and turns the
+answers into SQL; the sync and async APIs share every answer.
+
+* **What call is this?** :meth:`RunContract.call_info` reads a config: thread, namespace,
+  the run id (``metadata.run_id`` / ``configurable.run_id``, a ``uuid.UUID`` normalised to
+  its string form; the top-level ``config["run_id"]`` alone is refused, LangGraph never
+  stores it), whether the call comes from a running graph, and the input fingerprint
+  that :func:`~langgraph_deterministic.config.run_config` recorded.
+* **May this graph run start?** :meth:`RunContract.decide_start` compares the call with
+  the thread's head checkpoint and the run ledger, *before* LangGraph runs anything:
+  proceed, hand back a finished run's final checkpoint, or raise
+  ``RunIdRequiredError`` / ``RunInputMismatchError`` / ``RunSupersededError``.
+* **What goes into a write?** :meth:`RunContract.stored_metadata` (no secrets by
+  default) and :meth:`RunContract.guard_put` / :meth:`RunContract.guard_writes` (the
+  parameters of the fencing statements that run in the write's own transaction).
+
+Fencing itself needs the database's view of the thread at commit time, so the final
+word belongs to Postgres: ``lgd_guard_put`` claims the one child slot of the parent
+checkpoint (a unique key), so two attempts can never both extend the same checkpoint;
+``lgd_guard_writes`` refuses pending writes to a checkpoint another attempt has already
+moved past. :func:`translate_guard_error` maps their SQLSTATEs to our errors.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import datetime as _dt
+import decimal
+import enum
+import hashlib
+import json
+import logging
+import threading
+import uuid
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from langchain_core.callbacks import BaseCallbackHandler
+from langchain_core.runnables import RunnableConfig
+from langgraph.checkpoint.base import (
+    EXCLUDED_METADATA_KEYS,
+    Checkpoint,
+    CheckpointMetadata,
+    CheckpointTuple,
+)
+
+from langgraph_deterministic.errors import (
+    ConcurrentRunError,
+    DeterministicError,
+    RunIdRequiredError,
+    RunInputMismatchError,
+    RunSupersededError,
+)
+
+logger = logging.getLogger("langgraph_deterministic")
+
+Policy = Literal["require", "warn", "off"]
+InputKind = Literal["input", "command", "none"]
+
+#: Metadata key of the run id (LangGraph's own: ``PregelLoop._first`` compares it).
+RUN_ID_KEY = "run_id"
+#: Metadata key under which the input fingerprint of a run is stored.
+FINGERPRINT_KEY = "input_fingerprint"
+#: Configurable key the saver hands to a graph run through ``get_tuple``; LangGraph copies
+#: it into the config of every write of that run attempt (never into stored metadata).
+ATTEMPT_KEY = "__lgd_attempt"
+#: Present in the configurable of every config a running graph passes to its saver.
+GRAPH_RUN_MARKER = "__pregel_runtime"
+NULL_TASK_ID = "00000000-0000-0000-0000-000000000000"
+INTERRUPT = "__interrupt__"
+TASKS = "__pregel_tasks"
+
+#: Configurable keys copied into stored checkpoint metadata unless told otherwise.
+#: LangGraph copies every str/int/float/bool configurable value (API keys included);
+#: we copy only these. ``config["metadata"]`` (what you chose to attach) is still kept,
+#: except keys whose names look like secrets.
+DEFAULT_METADATA_KEYS: frozenset[str] = frozenset({"run_id", "assistant_id", "graph_id"})
+_SECRET_WORDS = ("key", "token", "secret", "password", "passwd", "auth", "credential", "cookie")
+
+# SQLSTATEs raised by the guard functions of migration 0004.
+SQLSTATE_CHILD_TAKEN = "LG409"
+SQLSTATE_STALE_WRITE = "LG410"
+SQLSTATE_COMMAND_REPLAY = "LG412"
+
+
+# --- input fingerprints -----------------------------------------------------------------
+
+
+def _canonical(value: Any, depth: int = 0) -> Any:
+    """A JSON-able form of ``value`` that is equal for equal inputs, whatever dict order,
+    object identity or message ids LangGraph assigned in place."""
+    if depth > 64:
+        raise ValueError("input nested deeper than 64 levels")
+    d = depth + 1
+    if value is None or isinstance(value, bool | int | str):
+        return value
+    if isinstance(value, float):
+        return {"f": repr(value)}
+    if isinstance(value, bytes | bytearray | memoryview):
+        return {"b": bytes(value).hex()}
+    if isinstance(value, uuid.UUID):
+        return {"u": str(value)}
+    if isinstance(value, _dt.datetime | _dt.date | _dt.time):
+        return {"t": value.isoformat()}
+    if isinstance(value, decimal.Decimal):
+        return {"d": str(value)}
+    if isinstance(value, enum.Enum):
+        return {"e": type(value).__qualname__, "v": _canonical(value.value, d)}
+    if isinstance(value, Mapping):
+        items = sorted(
+            (
+                (json.dumps(_canonical(k, d), sort_keys=True), _canonical(v, d))
+                for k, v in value.items()
+            ),
+            key=lambda kv: kv[0],
+        )
+        return {"m": items}
+    if isinstance(value, list | tuple):
+        return [_canonical(v, d) for v in value]
+    if isinstance(value, set | frozenset):
+        return {"s": sorted(json.dumps(_canonical(v, d), sort_keys=True) for v in value)}
+    # LangGraph objects and LangChain messages.
+    from langchain_core.messages import BaseMessage
+    from langgraph.types import Command, Send
+
+    if isinstance(value, BaseMessage):
+        # The id is left out: LangGraph gives input messages ids in place, so the same
+        # message object passed again on a retry in one process would otherwise differ.
+        dumped = value.model_dump()
+        dumped.pop("id", None)
+        return {"msg": type(value).__name__, "v": _canonical(dumped, d)}
+    if isinstance(value, Command):
+        return {
+            "cmd": _canonical(
+                {
+                    "graph": value.graph,
+                    "update": value.update,
+                    "resume": value.resume,
+                    "goto": value.goto,
+                },
+                d,
+            )
+        }
+    if isinstance(value, Send):
+        return {"send": value.node, "arg": _canonical(value.arg, d)}
+    model_dump = getattr(value, "model_dump", None)
+    if callable(model_dump):  # pydantic v2
+        return {"model": type(value).__qualname__, "v": _canonical(model_dump(), d)}
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        fields = {f.name: getattr(value, f.name) for f in dataclasses.fields(value)}
+        return {"dc": type(value).__qualname__, "v": _canonical(fields, d)}
+    raise TypeError(f"cannot fingerprint a {type(value).__qualname__}")
+
+
+def input_kind(value: Any) -> InputKind:
+    from langgraph.types import Command
+
+    if value is None:
+        return "none"
+    return "command" if isinstance(value, Command) else "input"
+
+
+def input_fingerprint(value: Any) -> str:
+    """``"<kind>:<sha256 prefix>"`` of a graph input; equal for equal inputs.
+
+    ``kind`` is ``input``, ``command`` (a ``Command``: resume, update, goto) or ``none``.
+    Raises ``TypeError`` for a value it cannot fingerprint (an arbitrary object).
+    """
+    canon = json.dumps(_canonical(value), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    digest = hashlib.sha256(canon.encode("utf-8")).hexdigest()[:32]
+    return f"{input_kind(value)}:{digest}"
+
+
+def fingerprint_kind(fingerprint: str | None) -> InputKind | None:
+    if not fingerprint:
+        return None
+    kind = fingerprint.split(":", 1)[0]
+    return kind if kind in ("input", "command", "none") else None  # type: ignore[return-value]
+
+
+class RunInputRecorder(BaseCallbackHandler):
+    """Records the input of the graph call made with a ``run_config`` config.
+
+    LangGraph reports the input to the root callback (``on_chain_start``) right before it
+    loads the thread's checkpoint, in the same thread or task; the saver reads the
+    fingerprint from this handler in that ``get_tuple`` and can refuse a mismatched or
+    duplicated input before a single node runs. It stores nothing and sends nothing.
+    """
+
+    run_inline = True
+    raise_error = False
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fingerprint: str | None = None
+
+    def on_chain_start(
+        self,
+        serialized: dict[str, Any] | None,
+        inputs: Any,
+        *,
+        run_id: uuid.UUID,
+        parent_run_id: uuid.UUID | None = None,
+        **kwargs: Any,
+    ) -> None:
+        if parent_run_id is not None:
+            return
+        try:
+            self.fingerprint = input_fingerprint(inputs)
+        except (TypeError, ValueError) as exc:
+            self.fingerprint = None
+            logger.warning(
+                "langgraph-deterministic cannot fingerprint this graph input (%s): a retry "
+                "with a different input under the same run_id will not be detected.",
+                exc,
+            )
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> RunInputRecorder:
+        return self  # configs get copied; the handler must stay the one LangGraph calls
+
+    def __copy__(self) -> RunInputRecorder:
+        return self
+
+
+def find_recorder(config: RunnableConfig) -> RunInputRecorder | None:
+    callbacks = config.get("callbacks")
+    if not callbacks:
+        return None
+    if isinstance(callbacks, list | tuple):
+        handlers: Iterable[Any] = callbacks
+    else:
+        handlers = [
+            *getattr(callbacks, "handlers", ()),
+            *getattr(callbacks, "inheritable_handlers", ()),
+        ]
+    for handler in handlers:
+        if isinstance(handler, RunInputRecorder):
+            return handler
+    return None
+
+
+# --- what call is this? -------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class CallInfo:
+    """What the contract needs to know about one saver call, read from its config."""
+
+    thread_id: str
+    checkpoint_ns: str
+    run_id: str | None
+    #: the run id exactly as given (a ``uuid.UUID`` stays one), for LangGraph's own check
+    raw_run_id: Any
+    in_graph_run: bool
+    fingerprint: str | None
+    attempt: str | None
+    addressed: bool
+
+    @property
+    def root(self) -> bool:
+        return self.checkpoint_ns == ""
+
+
+def _normalise_run_id(value: Any, where: str) -> str:
+    if isinstance(value, uuid.UUID):
+        return str(value)
+    if isinstance(value, str):
+        if not value.strip():
+            raise RunIdRequiredError(
+                f"{where} is an empty string. Give every graph call a stable, non-empty "
+                "run id: run_config(thread_id, run_id)."
+            )
+        return value
+    raise RunIdRequiredError(
+        f"{where} is a {type(value).__name__} ({value!r}); a run id must be a str or a "
+        "uuid.UUID. LangGraph drops other types from checkpoint metadata, so retries "
+        "would not be recognised. Pass run_config(thread_id, str(run_id))."
+    )
+
+
+def _run_id_of(config: RunnableConfig) -> tuple[str | None, Any]:
+    metadata = config.get("metadata") or {}
+    configurable = config.get("configurable") or {}
+    raw = metadata.get(RUN_ID_KEY)
+    where = 'config["metadata"]["run_id"]'
+    if raw is None:
+        raw = configurable.get(RUN_ID_KEY)
+        where = 'config["configurable"]["run_id"]'
+    if raw is not None:
+        run_id = _normalise_run_id(raw, where)
+        other = configurable.get(RUN_ID_KEY)
+        if other is not None and _normalise_run_id(other, "configurable.run_id") != run_id:
+            raise RunIdRequiredError(
+                f'config["metadata"]["run_id"] ({run_id!r}) and config["configurable"]'
+                f'["run_id"] ({other!r}) differ; a graph call has one run id. Build the '
+                "config with run_config(thread_id, run_id)."
+            )
+        return run_id, raw
+    return None, None
+
+
+class RunContract:
+    """The run-id policy and metadata allow-list of one saver, and its decisions."""
+
+    def __init__(
+        self, policy: Policy = "require", metadata_keys: Iterable[str] | None = None
+    ) -> None:
+        self.policy: Policy = policy
+        self.metadata_keys: frozenset[str] = (
+            DEFAULT_METADATA_KEYS if metadata_keys is None else frozenset(metadata_keys)
+        )
+        self._warned: set[str] = set()
+        self._warned_lock = threading.Lock()
+
+    @property
+    def enforced(self) -> bool:
+        return self.policy != "off"
+
+    def call_info(self, config: RunnableConfig, thread_id: str, checkpoint_ns: str) -> CallInfo:
+        configurable = config.get("configurable") or {}
+        in_graph_run = GRAPH_RUN_MARKER in configurable
+        if not self.enforced:
+            run_id, raw = None, None
+            with contextlib.suppress(RunIdRequiredError):
+                run_id, raw = _run_id_of(config)
+            return CallInfo(thread_id, checkpoint_ns, run_id, raw, in_graph_run, None, None,
+                            bool(configurable.get("checkpoint_id")))  # fmt: skip
+        run_id, raw = _run_id_of(config)
+        if run_id is None and config.get("run_id") is not None:
+            # The callbacks' run id: LangGraph neither compares nor stores it, so a retry
+            # carrying only this id would re-apply its input. Refuse rather than ignore.
+            raise RunIdRequiredError(
+                f'The config has only a top-level config["run_id"] ({config.get("run_id")}), '
+                "which is LangChain's tracing id: LangGraph never stores it, so a retry "
+                "would re-apply its input. Pass the run id as metadata.run_id: "
+                "run_config(thread_id, run_id) does it (keep config['run_id'] for tracing "
+                "if you like)."
+            )
+        recorder = find_recorder(config)
+        attempt = configurable.get(ATTEMPT_KEY)
+        return CallInfo(
+            thread_id=thread_id,
+            checkpoint_ns=checkpoint_ns,
+            run_id=run_id,
+            raw_run_id=raw,
+            in_graph_run=in_graph_run,
+            fingerprint=recorder.fingerprint if recorder is not None else None,
+            attempt=str(attempt) if attempt is not None else None,
+            addressed=bool(configurable.get("checkpoint_id")),
+        )
+
+    # -- policy --------------------------------------------------------------------
+
+    def require_run_id(self, info: CallInfo, what: str) -> None:
+        """Raise or warn, per policy, when a write (or a graph run) has no run id."""
+        if info.run_id is not None or not self.enforced:
+            return
+        if self.policy == "require":
+            raise RunIdRequiredError(
+                f"{what} on thread {info.thread_id!r} carries no run id (metadata.run_id), "
+                'and this saver has run_id_policy="require". Without one a retried call '
+                "re-applies its input. Build the config with "
+                "langgraph_deterministic.run_config(thread_id, run_id), using an id that "
+                "stays the same across retries of one call (a workflow id, a task id, a "
+                'business key). To adopt gradually, use run_id_policy="warn". Nothing was '
+                "written."
+            )
+        with self._warned_lock:
+            if info.thread_id in self._warned:
+                return
+            if len(self._warned) > 100_000:
+                self._warned.clear()
+            self._warned.add(info.thread_id)
+        logger.warning(
+            "langgraph-deterministic: %s on thread %r carries no run id; a retry of this "
+            "call would re-apply its input. Use run_config(thread_id, run_id). (Logged "
+            "once per thread; run_id_policy='warn'.)",
+            what,
+            info.thread_id,
+        )
+
+    # -- may this graph run start? ---------------------------------------------------
+
+    def checks_start(self, info: CallInfo) -> bool:
+        """Whether ``get_tuple`` for this call runs the start checks: the outer graph of a
+        running graph, loading its latest checkpoint (not time travel, not get_state)."""
+        return self.enforced and info.in_graph_run and info.root and not info.addressed
+
+    def decide_start(
+        self,
+        info: CallInfo,
+        head_metadata: Mapping[str, Any] | None,
+        ledger: LedgerRow | None,
+    ) -> StartDecision:
+        """Decide, before LangGraph applies any input or runs any node, what a graph run
+        may do on this thread. Raises the contract's errors; writes nothing."""
+        self.require_run_id(info, "A graph run")
+        run_id = info.run_id
+        if run_id is None or head_metadata is None:
+            return StartDecision("proceed")
+        head_run = head_metadata.get(RUN_ID_KEY)
+        kind = fingerprint_kind(info.fingerprint)
+        if head_run == run_id:
+            stored = head_metadata.get(FINGERPRINT_KEY)
+            self._check_same_input(info, stored if isinstance(stored, str) else None)
+            if kind == "command":
+                raise RunSupersededError(
+                    f"Run {run_id!r} on thread {info.thread_id!r} was started by a Command "
+                    "(resume/update/goto) that has already been applied: the thread's "
+                    "latest checkpoint was written by this run after it. Delivering the "
+                    "same Command again would answer a later interrupt or apply the update "
+                    "twice, so nothing was run or written. If this is a redelivery, the "
+                    "first delivery succeeded: read its result with graph.get_state(...) "
+                    "or saver.get_run(thread_id, run_id). To answer a new interrupt, send a "
+                    "new Command under a new run_id (or resume by interrupt id: "
+                    "Command(resume={interrupt.id: value}))."
+                )
+            return StartDecision("proceed")
+        if ledger is None:
+            return StartDecision("proceed")
+        # A run this thread has seen before, but the head is another run's: a late retry.
+        self._check_same_input(info, ledger.input_fingerprint)
+        if ledger.status == "done" and kind != "command" and ledger.last_checkpoint_id:
+            return StartDecision("final", ledger.last_checkpoint_id)
+        raise RunSupersededError(
+            f"Run {run_id!r} was retried on thread {info.thread_id!r} after a later run "
+            f"({head_run!r}) moved the thread on; run {run_id!r} had not finished "
+            f"(status {ledger.status!r}). Re-running it now would apply its input on top of "
+            "the later run's state, so nothing was run or written. Treat the run as "
+            "abandoned, or start a new run (a new run_id) with the input it should apply "
+            "now; saver.get_run(thread_id, run_id) shows what it had done."
+        )
+
+    def _check_same_input(self, info: CallInfo, stored: str | None) -> None:
+        if info.fingerprint and stored and info.fingerprint != stored:
+            raise RunInputMismatchError(
+                f"Run {info.run_id!r} on thread {info.thread_id!r} was first called with a "
+                f"different input ({stored}) than this call ({info.fingerprint}). A run id "
+                "names one call with one input; reusing it for another input would silently "
+                "drop the new input. Nothing was run or written. If this is new work, give it "
+                "a new run_id; if it is a retry, pass exactly the original input."
+            )
+
+    # -- what goes into a write? -----------------------------------------------------
+
+    def stored_metadata(
+        self, config: RunnableConfig, metadata: CheckpointMetadata, info: CallInfo
+    ) -> dict[str, Any]:
+        """The metadata row of a checkpoint: LangGraph's own keys, the config's
+        ``metadata`` (minus secret-looking names), allow-listed configurable keys, and the
+        normalised run id and input fingerprint."""
+        stored: dict[str, Any] = {
+            k: v.replace("\u0000", "") if isinstance(v, str) else v
+            for k, v in metadata.items()
+            if k != "writes"
+        }
+
+        def copy(source: Mapping[str, Any] | None, allowed: frozenset[str] | None) -> None:
+            for key, value in (source or {}).items():
+                if key in stored or key in EXCLUDED_METADATA_KEYS or key.startswith("__"):
+                    continue
+                if allowed is not None and key not in allowed:
+                    continue
+                if allowed is None and key not in self.metadata_keys and _looks_secret(key):
+                    continue
+                if isinstance(value, str):
+                    stored[key] = value.replace("\u0000", "")
+                elif isinstance(value, bool | int | float):
+                    stored[key] = value
+
+        copy(config.get("metadata"), None)
+        copy(config.get("configurable"), self.metadata_keys)
+        if info.run_id is not None:
+            stored[RUN_ID_KEY] = info.run_id
+        if info.fingerprint is not None and info.root:
+            stored.setdefault(FINGERPRINT_KEY, info.fingerprint)
+        return stored
+
+    def guard_put(
+        self,
+        info: CallInfo,
+        parent_id: str | None,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+    ) -> dict[str, Any] | None:
+        """Parameters of ``lgd_guard_put`` for this checkpoint write, or None (policy off)."""
+        if not self.enforced:
+            return None
+        versions = checkpoint.get("channel_versions") or {}
+        tasks_version = versions.get(TASKS)
+        return {
+            "thread_id": info.thread_id,
+            "checkpoint_ns": info.checkpoint_ns,
+            "parent_id": parent_id or "",
+            "checkpoint_id": checkpoint["id"],
+            "run_id": info.run_id,
+            "attempt": info.attempt,
+            "ledger": info.root and info.run_id is not None,
+            "fingerprint": info.fingerprint,
+            "source": str(metadata.get("source") or ""),
+            "versions_seen": {
+                k: v for k, v in (checkpoint.get("versions_seen") or {}).items() if k != INTERRUPT
+            },
+            "tasks_version": None if tasks_version is None else str(tasks_version),
+        }
+
+    def guard_writes(
+        self, info: CallInfo, checkpoint_id: str, task_id: str, channels: Iterable[str]
+    ) -> dict[str, Any] | None:
+        """Parameters of ``lgd_guard_writes`` for pending writes, or None (policy off)."""
+        if not self.enforced:
+            return None
+        channels = list(channels)
+        return {
+            "thread_id": info.thread_id,
+            "checkpoint_ns": info.checkpoint_ns,
+            "checkpoint_id": checkpoint_id,
+            "attempt": info.attempt,
+            "run_id": info.run_id,
+            "command": info.root and task_id == NULL_TASK_ID and info.run_id is not None,
+            "interrupted": info.root and info.run_id is not None and INTERRUPT in channels,
+        }
+
+
+def _looks_secret(key: str) -> bool:
+    lowered = key.casefold()
+    return any(word in lowered for word in _SECRET_WORDS)
+
+
+@dataclass(frozen=True, slots=True)
+class LedgerRow:
+    """One run of one thread, as the ledger (table ``lgd_runs``) holds it."""
+
+    status: str
+    last_checkpoint_id: str | None
+    input_fingerprint: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class RunRecord:
+    """A run as the ledger knows it: ``saver.get_run(thread_id, run_id)``.
+
+    ``status`` is ``running`` (its latest write; it may be finished, interrupted in a
+    node, or crashed -- ``graph.get_state`` tells which), ``interrupted`` (stopped at an
+    interrupt), ``done`` (a later run started after it had finished) or ``superseded`` (a
+    later run moved the thread on before it finished). ``last_checkpoint`` is the
+    checkpoint it wrote last: its final state once finished. ``attempts`` counts the
+    graph calls that wrote for it (retries included).
+    """
+
+    thread_id: str
+    run_id: str
+    status: str
+    attempts: int
+    first_checkpoint_id: str
+    last_checkpoint_id: str
+    input_fingerprint: str | None
+    superseded_by: str | None
+    created_at: _dt.datetime
+    updated_at: _dt.datetime
+    last_checkpoint: CheckpointTuple | None
+
+    @property
+    def values(self) -> dict[str, Any]:
+        """The channel values of the run's last checkpoint (its final state if finished)."""
+        if self.last_checkpoint is None:
+            return {}
+        return dict(self.last_checkpoint.checkpoint["channel_values"])
+
+
+@dataclass(frozen=True, slots=True)
+class StartDecision:
+    """``proceed``: load the head as usual. ``final``: the run finished earlier and a
+    later run has moved the thread on; load its final checkpoint instead, so LangGraph
+    resumes a finished run (runs nothing, writes nothing) and returns its final state."""
+
+    action: Literal["proceed", "final"]
+    checkpoint_id: str | None = None
+
+
+def translate_guard_error(exc: BaseException, info: CallInfo) -> DeterministicError | None:
+    """Our error for a failure of the guard statements, or None if it is something else."""
+    sqlstate = getattr(exc, "sqlstate", None)
+    diag = getattr(exc, "diag", None)
+    detail = getattr(diag, "message_detail", None) or ""
+    run = f"run {info.run_id!r}" if info.run_id else "a call without run id"
+    if sqlstate == SQLSTATE_CHILD_TAKEN:
+        return ConcurrentRunError(
+            f"Another attempt got to thread {info.thread_id!r} first ({detail}): the "
+            f"checkpoint this attempt of {run} continues from has already been continued. "
+            "This attempt is a zombie or lost a race with a retry or with another run; its "
+            "checkpoint was not stored, so the thread's history stays linear and the other "
+            "writer's state is kept. Stop this attempt: do not retry it blindly -- a retry "
+            "with the same run_id resumes from what the winner stored. Make sure one call is "
+            "executed by one worker at a time (a lease, Temporal's activity heartbeat)."
+        )
+    if sqlstate == SQLSTATE_STALE_WRITE:
+        return ConcurrentRunError(
+            f"Another attempt has moved thread {info.thread_id!r} past the checkpoint these "
+            f"pending writes of {run} belong to ({detail}). They were not stored: this "
+            "attempt is a zombie or lost a race. Stop it; a retry with the same run_id "
+            "resumes from what the winner stored."
+        )
+    if sqlstate == SQLSTATE_COMMAND_REPLAY:
+        return RunSupersededError(
+            f"{run.capitalize()} on thread {info.thread_id!r} tried to apply a Command to a "
+            "checkpoint the same run wrote after applying it once: a duplicate delivery of "
+            "the same Command(resume/update/goto). It was refused so it cannot answer a "
+            "later interrupt. Build configs with run_config(...) so duplicates are refused "
+            "before anything runs; send a new answer under a new run_id."
+        )
+    return None

@@ -1,0 +1,57 @@
+"""``run_config``: the config of one graph call under the retry contract."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from langchain_core.runnables import RunnableConfig
+
+from langgraph_deterministic.checkpointer.contract import RUN_ID_KEY, RunInputRecorder
+from langgraph_deterministic.errors import ConfigurationError, RunIdRequiredError
+
+__all__ = ["run_config"]
+
+
+def run_config(
+    thread_id: str | uuid.UUID, run_id: str | uuid.UUID, **configurable: Any
+) -> RunnableConfig:
+    """The config for one graph call: ``graph.invoke(input, run_config(thread, run))``.
+
+    ``run_id`` names the *call*, not the attempt: use the same id every time the same call
+    is retried (a Temporal workflow id plus a step name, a Celery task id, an idempotency
+    key from your API), and a new id for new work -- including each ``Command(resume=...)``
+    that answers an interrupt. With a :class:`DeterministicSaver` this makes a retry safe:
+    the input is applied once, finished tasks do not run again, a retry with another input
+    or a late retry after a later run is refused before anything runs, and two attempts
+    running at once cannot both write (see docs/retries-and-idempotency.md).
+
+    The run id goes where LangGraph looks for it (``metadata.run_id``, compared with the
+    latest checkpoint's) and in ``configurable.run_id``; a ``uuid.UUID`` becomes its string
+    form. Extra keyword arguments go to ``configurable`` (``checkpoint_ns``, your own
+    keys...). The config also carries a small callback that fingerprints the call's input
+    for the saver; build one config per call.
+    """
+    if thread_id is None or (isinstance(thread_id, str) and not thread_id.strip()):
+        raise ConfigurationError("run_config needs a thread_id (a non-empty str or a UUID).")
+    if isinstance(run_id, uuid.UUID):
+        run_id = str(run_id)
+    if not isinstance(run_id, str) or not run_id.strip():
+        raise RunIdRequiredError(
+            f"run_config needs a run_id: a non-empty str or uuid.UUID that stays the same "
+            f"across retries of this call, got {run_id!r}."
+        )
+    for reserved in ("thread_id", RUN_ID_KEY):
+        if reserved in configurable:
+            raise ConfigurationError(
+                f"Pass {reserved} as run_config's own argument, not as a configurable key."
+            )
+    return {
+        "configurable": {
+            "thread_id": str(thread_id),
+            RUN_ID_KEY: run_id,
+            **configurable,
+        },
+        "metadata": {RUN_ID_KEY: run_id},
+        "callbacks": [RunInputRecorder()],
+    }
