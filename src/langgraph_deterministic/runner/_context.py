@@ -1,0 +1,124 @@
+"""Per-task identity and the ``durable()`` entry point.
+
+Every durable op gets a key that is the same on every execution of the same run:
+
+    <task key> / <innermost node>@<step> : <op name> # <n>
+
+* The *task key* is composed by the runner's submit hook as tasks start: the parent's key,
+  then ``<task name>@<step>`` plus the task's path for Send (push) tasks. Subgraphs run
+  inside a parent task, so their keys nest under it.
+* Tasks that LangGraph runs inline (a superstep with a single task) keep their parent's
+  task key; the innermost node name and step (from the config LangGraph runs the node
+  with) still tell their ops apart.
+* ``n`` counts ops of that name in that task, so a node may run several ops of one name
+  one after another, and ops of *different* names concurrently (``asyncio.gather``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import inspect
+from collections.abc import Awaitable, Callable
+from contextvars import ContextVar
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+from langchain_core.runnables.config import var_child_runnable_config
+
+from ._ordering import OpScheduler
+
+T = TypeVar("T")
+
+
+@dataclass
+class TaskScope:
+    """Identity of the task code is running in, plus its op counters."""
+
+    key: str
+    counters: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """A durable op that runs ``fn(*args, **kwargs)`` once and journals its result."""
+
+    name: str
+    fn: Callable[..., Any]
+    args: tuple[Any, ...]
+    kwargs: dict[str, Any]
+    options: Any = None
+    context: contextvars.Context | None = None  # the requesting task's, to run fn in
+
+
+@dataclass(frozen=True)
+class SleepSpec:
+    """A durable timer."""
+
+    seconds: float
+
+
+_SCHEDULER: ContextVar[OpScheduler[Any] | None] = ContextVar("lgd_scheduler", default=None)
+_SCOPE: ContextVar[TaskScope | None] = ContextVar("lgd_task_scope", default=None)
+
+
+def current_scheduler() -> OpScheduler[Any] | None:
+    return _SCHEDULER.get()
+
+
+def _innermost_node() -> str:
+    cfg = var_child_runnable_config.get()
+    if not cfg:
+        return ""
+    md = cfg.get("metadata") or {}
+    node = md.get("langgraph_node")
+    step = md.get("langgraph_step")
+    if node is None:
+        return ""
+    return f"{node}@{step}"
+
+
+def op_key(name: str) -> str:
+    """The replay-stable key of the next op called ``name`` in the current task."""
+    scope = _SCOPE.get()
+    if scope is None:
+        scope = TaskScope("run")
+        _SCOPE.set(scope)
+    inner = _innermost_node()
+    local = f"{inner}:{name}" if inner else name
+    n = scope.counters.get(local, 0)
+    scope.counters[local] = n + 1
+    return f"{scope.key}/{local}#{n}"
+
+
+def request(spec: RunSpec | SleepSpec, name: str) -> asyncio.Future[Any] | None:
+    """Route ``spec`` to the active runner; ``None`` outside a runner."""
+    sched = _SCHEDULER.get()
+    if sched is None:
+        return None
+    return sched.request(op_key(name), spec)
+
+
+async def durable(name: str, fn: Callable[..., T] | Callable[..., Awaitable[T]], *args: Any, **kwargs: Any) -> T:
+    """Run ``fn(*args, **kwargs)`` as a durable op of the active runner.
+
+    Inside ``DeterministicRunner.ainvoke``/``astream`` the call is journaled once, in an
+    order that replays identically; on replay the journaled result (or failure) is
+    returned without calling ``fn``. Outside a runner, ``fn`` is simply called (and
+    awaited if it returns an awaitable), so nodes stay testable without a journal.
+
+    ``name`` must be stable across executions; concurrent ops in one task need distinct
+    names (``durable(f"fetch:{url}", fetch, url)``).
+    """
+    fut = request(RunSpec(name, fn, args, kwargs, None, contextvars.copy_context()), name)
+    if fut is None:
+        result = fn(*args, **kwargs)
+        if inspect.isawaitable(result):
+            awaited: T = await result
+            return awaited
+        return result
+    value: T = await fut
+    return value
+
+
+__all__ = ["RunSpec", "SleepSpec", "TaskScope", "current_scheduler", "durable", "op_key"]

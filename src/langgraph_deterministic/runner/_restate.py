@@ -1,0 +1,400 @@
+"""``RestateJournal``: the ordering core on the Restate context of the current handler.
+
+``restate-sdk`` is an optional extra: it is imported only when a ``RestateJournal`` is
+built. What this module relies on in restate-sdk (checked at construction):
+
+* ``ctx.run_typed`` / ``ctx.sleep`` to create commands, the returned futures' ``handle``
+  and ``is_completed()``;
+* to wait on several in-flight ops from ONE place and also wake up when a node asks for a
+  new op, the driver runs the same progress loop ``restate.wait_completed`` runs
+  (``ctx.vm.do_progress`` / ``ctx.receive`` / ``ctx.run_coros_to_execute``), with one
+  difference: it can stop waiting without losing input (a pending read is kept for the
+  next wait instead of being cancelled);
+* routing unchanged code that calls ``restate.ext.langchain.restate_context()`` (e.g.
+  ``RestateMiddleware``): while a run is active, restate's current-context variable holds
+  a per-run context object whose ``run``/``run_typed``/``sleep`` go through the ordering
+  core. Nothing is patched at class level; the variable is reset when the run ends.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import itertools
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from datetime import timedelta
+from typing import Any, cast
+
+from langgraph_deterministic.errors import ConfigurationError, DeterministicError
+
+from ._context import RunSpec, current_scheduler, request
+from ._ordering import NondeterminismError, OpScheduler
+
+SUPPORTED_RESTATE = ">=1.3,<1.4"
+DECISION_NAME = "lgd:order"
+
+
+class IncompatibleRestateError(DeterministicError, ImportError):
+    """The installed restate-sdk lacks what RestateJournal relies on."""
+
+
+def _import_restate() -> Any:
+    try:
+        import restate
+        import restate.server_context
+        import restate.vm
+    except ImportError as exc:
+        raise IncompatibleRestateError(
+            "RestateJournal needs restate-sdk, which is not installed. "
+            "Fix: pip install 'langgraph-deterministic[restate]'."
+        ) from exc
+    return restate
+
+
+def _check_restate(ctx: Any) -> None:
+    import importlib.metadata
+
+    from restate import server_context as sc
+
+    version = importlib.metadata.version("restate-sdk")
+    fix = f"Fix: pip install 'restate-sdk{SUPPORTED_RESTATE}' (installed: {version})."
+    if not isinstance(ctx, sc.ServerInvocationContext):
+        raise ConfigurationError(
+            f"RestateJournal(ctx) needs the Context a Restate handler receives, got {ctx!r}. "
+            "Fix: build it inside the handler: RestateJournal(ctx)."
+        )
+    needed_ctx = ("vm", "receive", "run_coros_to_execute", "tasks", "take_and_send_output")
+    missing = [a for a in needed_ctx if not hasattr(ctx, a)]
+    needed_mod = ("_restate_context_var", "DisconnectedException")
+    missing += [f"server_context.{a}" for a in needed_mod if not hasattr(sc, a)]
+    if missing:
+        raise IncompatibleRestateError(
+            f"restate-sdk {version} lacks {missing}, which RestateJournal relies on. {fix}"
+        )
+
+
+class _RestateBackend:
+    """:class:`JournalBackend` over one ``ServerInvocationContext``."""
+
+    def __init__(self, ctx: Any) -> None:
+        from restate import server_context as sc
+
+        self._ctx = ctx
+        self._real_run_typed = sc.ServerInvocationContext.run_typed
+        self._futs: dict[int, Any] = {}
+        # Handles whose result is already in the journal (a replayed run with its
+        # completion): during replay, asking the VM for them cannot fail.
+        self._journaled: set[int] = set()
+        self._contexts: dict[int, contextvars.Context] = {}
+        self._recv: asyncio.Future[Any] | None = None
+
+    # creation ---------------------------------------------------------------------------
+
+    def is_replaying(self) -> bool:
+        return bool(self._ctx.vm.is_replaying())
+
+    def start_op(self, key: str, spec: Any) -> int:
+        from restate import RunOptions
+
+        ctx = self._ctx
+        fut: Any
+        if isinstance(spec, RunSpec):
+            options = spec.options if spec.options is not None else RunOptions()
+            fut = self._real_run_typed(ctx, key, spec.fn, options, *spec.args, **spec.kwargs)
+        else:  # pragma: no cover
+            raise TypeError(f"unknown durable op spec {spec!r}")
+        handle = int(fut.handle)
+        self._futs[handle] = fut
+        self._note_replayed(handle)
+        origin = getattr(spec, "context", None)
+        if isinstance(origin, contextvars.Context):
+            self._contexts[handle] = origin
+        return handle
+
+    def start_decision(self, keys: list[str]) -> int:
+        from restate import RunOptions
+
+        snapshot = list(keys)
+
+        async def decide() -> list[str]:
+            return snapshot
+
+        fut: Any = self._real_run_typed(
+            self._ctx, DECISION_NAME, decide, RunOptions(type_hint=list[str])
+        )
+        handle = int(fut.handle)
+        self._futs[handle] = fut
+        self._note_replayed(handle)
+        return handle
+
+    def _note_replayed(self, handle: int) -> None:
+        # restate-sdk schedules a run's closure only when the journal lacks its result.
+        if handle not in self._ctx.run_coros_to_execute:
+            self._journaled.add(handle)
+
+    # results ----------------------------------------------------------------------------
+
+    def is_ready(self, handle: int) -> bool:
+        return handle in self._journaled or bool(self._futs[handle].is_completed())
+
+    async def take(self, handle: int) -> Any:
+        fut = self._futs.pop(handle)
+        self._contexts.pop(handle, None)
+        self._journaled.discard(handle)
+        return await fut
+
+    def is_fatal(self, exc: BaseException) -> bool:
+        from restate.exceptions import SdkInternalBaseException
+        from restate.server_context import DisconnectedException
+
+        return isinstance(exc, SdkInternalBaseException | DisconnectedException)
+
+    async def poll(self, handles: Sequence[int], wake: asyncio.Event) -> None:
+        from restate.exceptions import SdkInternalException, SuspendedException, TerminalError
+        from restate.server_context import DisconnectedException
+        from restate.vm import (
+            DoProgressAnyCompleted,
+            DoProgressCancelSignalReceived,
+            DoProgressExecuteRun,
+            FirstCompletedUnresolvedFuture,
+            SingleUnresolvedFuture,
+            Suspended,
+        )
+
+        ctx = self._ctx
+        unresolved = FirstCompletedUnresolvedFuture([SingleUnresolvedFuture(h) for h in handles])
+        while True:
+            await ctx.take_and_send_output()
+            progress = ctx.vm.do_progress(unresolved)
+            if isinstance(progress, BaseException):
+                raise SdkInternalException() from progress
+            if isinstance(progress, Suspended):
+                raise SuspendedException()
+            if isinstance(progress, DoProgressAnyCompleted):
+                return
+            if isinstance(progress, DoProgressCancelSignalReceived):
+                raise TerminalError("cancelled", 409)
+            if isinstance(progress, DoProgressExecuteRun):
+                action = ctx.run_coros_to_execute.pop(progress.handle)
+                origin = self._contexts.get(progress.handle)
+
+                async def execute(action: Any = action) -> None:
+                    try:
+                        await action()
+                    finally:
+                        await ctx.receive.enqueue_restate_event(
+                            {"type": "restate.run_completed", "data": None}
+                        )
+
+                # Run the op in the context of the node that asked for it (callbacks,
+                # config, tracing), not the driver's.
+                task = asyncio.get_running_loop().create_task(
+                    execute(), context=origin.copy() if origin is not None else None
+                )
+                ctx.tasks.add(task)
+                continue
+            # Waiting for input (a completion from the server, or a run we started).
+            if wake.is_set():
+                return
+            if self._recv is None:
+                self._recv = asyncio.ensure_future(ctx.receive())
+            waker = asyncio.ensure_future(wake.wait())
+            try:
+                await asyncio.wait({self._recv, waker}, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                waker.cancel()
+            if not self._recv.done():
+                return  # a node asked for a new op; the read stays pending for next time
+            chunk = self._recv.result()
+            self._recv = None
+            kind = chunk.get("type")
+            if kind == "restate.run_completed":
+                continue
+            if kind == "http.disconnect":
+                raise DisconnectedException()
+            body = chunk.get("body", None)
+            if body is not None and len(body) > 0:
+                ctx.vm.notify_input(body)
+            if not chunk.get("more_body", False):
+                ctx.vm.notify_input_closed()
+
+    def close(self) -> None:
+        """Hand a read we started but did not consume back to the SDK's input path."""
+        recv, self._recv = self._recv, None
+        if recv is None:
+            return
+        if recv.done():
+            if not recv.cancelled() and recv.exception() is None:
+                chunk = recv.result()
+                body = chunk.get("body", None)
+                if chunk.get("type") == "http.request":
+                    if body:
+                        self._ctx.vm.notify_input(body)
+                    if not chunk.get("more_body", False):
+                        self._ctx.vm.notify_input_closed()
+        else:
+            recv.cancel()  # asyncio.Queue.get is cancellation-safe
+
+
+_handle_ids = itertools.count(-1, -1)
+
+
+def _in_run() -> bool:
+    return current_scheduler() is not None
+
+
+def _routed_classes() -> tuple[type, type, type]:
+    """Build (once) the routed-context classes; they subclass restate-sdk's types."""
+    global _ROUTED
+    if _ROUTED is not None:
+        return _ROUTED
+    from restate import RunOptions
+    from restate.serde import DefaultSerde
+    from restate.server_context import ServerDurableFuture, ServerInvocationContext
+
+    class _GatherShim:
+        """What ``restate.gather`` needs from ``future.context`` for routed futures."""
+
+        def __init__(self) -> None:
+            self.futures: dict[int, asyncio.Future[Any]] = {}
+            self.vm = self
+
+        def is_completed(self, handle: int) -> bool:
+            fut = self.futures.get(handle)
+            return fut is not None and fut.done()
+
+        async def create_poll_or_cancel_coroutine(self, unresolved: Any) -> None:
+            from restate.vm import AllCompletedUnresolvedFuture, SingleUnresolvedFuture
+
+            children: list[Any]
+            if isinstance(unresolved, SingleUnresolvedFuture):
+                children = [unresolved]
+            elif isinstance(unresolved, AllCompletedUnresolvedFuture):
+                children = list(unresolved.children)
+            else:
+                raise NondeterminismError(
+                    "restate.select / wait_completed / as_completed over ops routed by "
+                    "DeterministicRunner would pick a winner by local timing, which replay "
+                    "cannot reproduce. Fix: use restate.gather or asyncio.gather inside nodes, "
+                    "or race them in separate graph branches."
+                )
+            await asyncio.wait([self.futures[c.handle] for c in children])
+
+    class RoutedDurableFuture(ServerDurableFuture[Any]):
+        """A durable op routed through the ordering core; works with ``restate.gather``."""
+
+        def __init__(self, shim: _GatherShim, fut: asyncio.Future[Any]) -> None:
+            handle = next(_handle_ids)
+            shim.futures[handle] = fut
+
+            async def get() -> Any:
+                return await fut
+
+            super().__init__(cast(Any, shim), handle, get)
+            self._lgd_fut = fut
+
+        def is_completed(self) -> bool:
+            # Always report "not yet": restate's combinators then ask the shim, which
+            # answers deterministically (gather) or refuses (select), on replay as well.
+            return False
+
+    class RoutedContext(ServerInvocationContext):
+        """The handler's context, with run/run_typed/sleep ordered by the runner."""
+
+        _lgd_shim: _GatherShim
+        _lgd_real: Any
+
+        def __getattr__(self, name: str) -> Any:
+            # Instance state (vm, extension_data, ...) is the real context's.
+            return getattr(self.__dict__["_lgd_real"], name)
+
+        def run_typed(  # type: ignore[override,unused-ignore]
+            self, name: str, action: Any, options: Any = None, /, *args: Any, **kwargs: Any
+        ) -> Any:
+            spec = RunSpec(
+                name, action, args, kwargs,
+                options if options is not None else RunOptions(),
+                contextvars.copy_context(),
+            )
+            fut = request(spec, name)
+            if fut is None:  # called outside the run (e.g. a leaked reference)
+                return ServerInvocationContext.run_typed(self, name, action, spec.options, *args, **kwargs)
+            return RoutedDurableFuture(self._lgd_shim, fut)
+
+        def run(  # type: ignore[override,unused-ignore]
+            self,
+            name: str,
+            action: Any,
+            serde: Any = None,
+            max_attempts: int | None = None,
+            max_retry_duration: timedelta | None = None,
+            type_hint: Any = None,
+            args: tuple[Any, ...] | None = None,
+        ) -> Any:
+            options = RunOptions(
+                serde=serde if serde is not None else DefaultSerde(), type_hint=type_hint, max_attempts=max_attempts,
+                max_duration=max_retry_duration,
+            )
+            return self.run_typed(name, action, options, *(args or ()))
+
+        def sleep(self, delta: timedelta, name: str | None = None) -> Any:
+            if _in_run():
+                raise NotImplementedError(
+                    "ctx.sleep() inside a DeterministicRunner run is not supported: whether a "
+                    "durable timer fired is not visible to the runner during replay, so it "
+                    "cannot be ordered safely. Fix: sleep in the handler before/after the "
+                    "graph run, or use durable('wait', asyncio.sleep, seconds) for short waits."
+                )
+            return ServerInvocationContext.sleep(self, delta, name)
+
+    _ROUTED = (_GatherShim, RoutedDurableFuture, RoutedContext)
+    return _ROUTED
+
+
+_ROUTED: tuple[type, type, type] | None = None
+
+
+class RestateJournal:
+    """Journal durable ops on the Restate context of the current handler.
+
+    ``route_restate_context=True`` (default) also orders ops that unchanged code creates
+    through ``restate.ext.langchain.restate_context()`` (``run``, ``run_typed``, ``sleep``),
+    e.g. ``RestateMiddleware``'s LLM calls and ``run_typed`` calls inside tools.
+    """
+
+    def __init__(self, ctx: Any, *, route_restate_context: bool = True) -> None:
+        _import_restate()
+        _check_restate(ctx)
+        self._ctx = ctx
+        self._route = route_restate_context
+        self._backend: _RestateBackend | None = None
+
+    def open_backend(self) -> _RestateBackend:
+        self._backend = _RestateBackend(self._ctx)
+        return self._backend
+
+    @contextmanager
+    def bind(self, scheduler: OpScheduler[Any]) -> Iterator[None]:
+        backend = self._backend
+        token = None
+        if self._route:
+            from restate import server_context as sc
+
+            shim_cls, _, ctx_cls = _routed_classes()
+            routed: Any = object.__new__(ctx_cls)
+            routed.__dict__["_lgd_real"] = self._ctx
+            routed.__dict__["_lgd_shim"] = shim_cls()
+            token = sc._restate_context_var.set(routed)
+        try:
+            yield
+        finally:
+            if token is not None:
+                from restate import server_context as sc
+
+                sc._restate_context_var.reset(token)
+            if backend is not None:
+                backend.close()
+
+
+__all__ = ["SUPPORTED_RESTATE", "IncompatibleRestateError", "RestateJournal"]

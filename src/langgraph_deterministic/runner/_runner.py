@@ -1,0 +1,260 @@
+"""``DeterministicRunner``: runs a compiled LangGraph graph with an ordered journal.
+
+How it plugs into LangGraph (no monkeypatching): LangGraph's ``PregelRunner`` takes its
+task-submit function from ``config["configurable"]["__pregel_runner_submit"]`` (a
+zero-argument callable returning the submit function). The runner installs one there. Its
+submit starts each task as an asyncio task whose context carries the task's replay-stable
+key, and gives the task a *child* submit scope (written into the task's own configurable,
+which subgraphs inherit), so:
+
+* subgraph tasks get keys nested under their parent task's key;
+* when a task finishes, every task it started and that is still running is cancelled and
+  awaited (LangGraph's own executor does that when a loop exits: a failing sibling stops
+  the others), and at the end of the run everything left is cancelled and awaited.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.metadata
+import inspect
+from collections.abc import AsyncIterator, Callable, Coroutine
+from contextlib import AbstractContextManager, asynccontextmanager, nullcontext
+from typing import Any, Protocol
+
+from langgraph_deterministic.errors import IncompatibleLangGraphError
+
+from ._context import _SCHEDULER, _SCOPE, TaskScope
+from ._ordering import JournalBackend, OpScheduler
+
+SUPPORTED_LANGGRAPH = ">=1.2,<1.3"
+_SUBMIT_KEY = "__pregel_runner_submit"
+
+
+class Journal(Protocol):
+    """A durable journal the runner can order ops on (e.g. :class:`RestateJournal`)."""
+
+    def open_backend(self) -> JournalBackend[Any]:
+        """A fresh backend for one run."""
+        ...
+
+    def bind(self, scheduler: OpScheduler[Any]) -> AbstractContextManager[None]:
+        """Route the journal's own API (e.g. ``restate_context()``) to ``scheduler``."""
+        ...
+
+
+def _parse_version(v: str) -> tuple[int, ...]:
+    out: list[int] = []
+    for part in v.split("."):
+        digits = "".join(ch for ch in part if ch.isdigit())
+        if not digits:
+            break
+        out.append(int(digits))
+        if digits != part:
+            break
+    return tuple(out)
+
+
+def check_langgraph() -> None:
+    """Fail loudly unless the installed LangGraph offers the submit hook we rely on."""
+    fix = (
+        f"langgraph-deterministic's DeterministicRunner supports langgraph{SUPPORTED_LANGGRAPH}. "
+        f"Fix: pip install 'langgraph{SUPPORTED_LANGGRAPH}'."
+    )
+    try:
+        version = importlib.metadata.version("langgraph")
+    except importlib.metadata.PackageNotFoundError as exc:  # pragma: no cover
+        raise IncompatibleLangGraphError(f"langgraph is not installed. {fix}") from exc
+    parsed = _parse_version(version)
+    if not ((1, 2) <= parsed[:2] < (1, 3)):
+        raise IncompatibleLangGraphError(f"installed langgraph is {version}. {fix}")
+    try:
+        from langgraph._internal import _constants
+        from langgraph.pregel import main as pregel_main
+        from langgraph.types import PregelExecutableTask
+    except ImportError as exc:
+        raise IncompatibleLangGraphError(
+            f"langgraph {version} lacks the modules the runner hooks into ({exc}). {fix}"
+        ) from exc
+    if getattr(_constants, "CONFIG_KEY_RUNNER_SUBMIT", None) != _SUBMIT_KEY:
+        raise IncompatibleLangGraphError(
+            f"langgraph {version} no longer reads configurable[{_SUBMIT_KEY!r}]. {fix}"
+        )
+    try:
+        src = inspect.getsource(pregel_main.Pregel.astream)
+    except (OSError, TypeError):  # pragma: no cover - no sources shipped
+        src = "CONFIG_KEY_RUNNER_SUBMIT"
+    if "CONFIG_KEY_RUNNER_SUBMIT" not in src:
+        raise IncompatibleLangGraphError(
+            f"langgraph {version}'s Pregel.astream does not take its submit function from "
+            f"the config. {fix}"
+        )
+    fields = getattr(PregelExecutableTask, "__dataclass_fields__", {})
+    missing = {"name", "path", "config", "id"} - set(fields)
+    if missing:
+        raise IncompatibleLangGraphError(
+            f"langgraph {version}'s PregelExecutableTask lacks {sorted(missing)}. {fix}"
+        )
+
+
+def _path_repr(path: tuple[Any, ...]) -> str:
+    if not path:
+        return ""
+    if path[0] == "__pregel_pull":
+        return ""
+    rest = path[1:] if path[0] == "__pregel_push" else path
+    return "[" + ",".join(str(p) for p in rest) + "]"
+
+
+def task_key(parent: str, task: Any) -> str:
+    """Key of a Pregel task under its parent: ``<parent>/<name>@<step>[<push path>]``."""
+    md = (getattr(task, "config", None) or {}).get("metadata") or {}
+    step = md.get("langgraph_step", "?")
+    return f"{parent}/{task.name}@{step}{_path_repr(tuple(task.path))}"
+
+
+class _SubmitScope:
+    """The tasks one Pregel task (or the run itself) started through our submit hook."""
+
+    def __init__(self, key: str) -> None:
+        self.key = key
+        self.tasks: set[asyncio.Task[Any]] = set()
+
+    def get_submit(self) -> Callable[..., asyncio.Future[Any]]:
+        return self.submit
+
+    def submit(
+        self,
+        fn: Callable[..., Any],
+        *args: Any,
+        __name__: str | None = None,
+        __cancel_on_exit__: bool = False,
+        __reraise_on_exit__: bool = True,
+        __next_tick__: bool = False,
+        **kwargs: Any,
+    ) -> asyncio.Future[Any]:
+        from langgraph.types import PregelExecutableTask
+
+        ptask = args[0] if args and isinstance(args[0], PregelExecutableTask) else None
+        if ptask is not None:
+            key = task_key(self.key, ptask)
+        else:  # pragma: no cover - LangGraph only submits tasks today
+            key = f"{self.key}/{__name__ or getattr(fn, '__name__', 'fn')}"
+        child = _SubmitScope(key)
+        if ptask is not None:
+            # The task's own configurable: subgraphs it runs inherit the child scope.
+            ptask.config.setdefault("configurable", {})[_SUBMIT_KEY] = child.get_submit
+
+        async def run() -> Any:
+            _SCOPE.set(TaskScope(key))
+            try:
+                result = fn(*args, **kwargs)
+                if inspect.isawaitable(result):
+                    result = await result
+                return result
+            finally:
+                await child.cancel_all()
+
+        coro: Coroutine[Any, Any, Any] = run()
+        task = asyncio.get_running_loop().create_task(coro, name=__name__)
+        self.tasks.add(task)
+        task.add_done_callback(self.tasks.discard)
+        return task
+
+    async def cancel_all(self) -> None:
+        while self.tasks:
+            pending = [t for t in self.tasks if not t.done()]
+            for t in pending:
+                t.cancel()
+            if pending:
+                await asyncio.gather(*pending, return_exceptions=True)
+            self.tasks.difference_update(pending)
+            self.tasks = {t for t in self.tasks if not t.done()}
+
+
+class DeterministicRunner:
+    """Run LangGraph graphs so that their durable ops replay deterministically.
+
+    >>> runner = DeterministicRunner(journal=RestateJournal(ctx))
+    >>> result = await runner.ainvoke(graph, {"topic": "x"})
+
+    Inside nodes, call ``await durable("name", fn, *args)`` (or, with Restate,
+    ``restate_context().run_typed(...)`` as usual). One runner may run several graphs one
+    after another; each call gets its own driver.
+    """
+
+    def __init__(self, journal: Journal) -> None:
+        check_langgraph()
+        for attr in ("open_backend", "bind"):
+            if not callable(getattr(journal, attr, None)):
+                from langgraph_deterministic.errors import ConfigurationError
+
+                raise ConfigurationError(
+                    f"journal={journal!r} has no {attr}(). Fix: pass a journal such as "
+                    "langgraph_deterministic.runner.RestateJournal(ctx)."
+                )
+        self._journal = journal
+        self.last_stats: Any = None
+
+    @asynccontextmanager
+    async def _session(self, config: Any) -> AsyncIterator[dict[str, Any]]:
+        if _SCHEDULER.get() is not None:
+            from langgraph_deterministic.errors import ConfigurationError
+
+            raise ConfigurationError(
+                "DeterministicRunner runs cannot nest: a node is already running under one. "
+                "Fix: call the inner graph directly (subgraphs are ordered by the outer run)."
+            )
+        scheduler: OpScheduler[Any] = OpScheduler(self._journal.open_backend())
+        self.last_stats = scheduler.stats
+        root = _SubmitScope("run")
+        cfg: dict[str, Any] = dict(config or {})
+        cfg["configurable"] = {**(cfg.get("configurable") or {}), _SUBMIT_KEY: root.get_submit}
+        tok_s = _SCHEDULER.set(scheduler)
+        tok_scope = _SCOPE.set(TaskScope("run"))
+        bind = self._journal.bind(scheduler) or nullcontext()
+        scheduler.start()
+        failed: BaseException | None = None
+        try:
+            with bind:
+                yield cfg
+        except BaseException as exc:
+            failed = exc
+            raise
+        finally:
+            try:
+                await root.cancel_all()
+            finally:
+                _SCHEDULER.reset(tok_s)
+                _SCOPE.reset(tok_scope)
+                fatal = scheduler.fatal
+                try:
+                    await scheduler.aclose()
+                except BaseException as close_exc:
+                    if close_exc is not failed:
+                        raise close_exc from failed
+                if fatal is None and failed is None and scheduler.unfulfilled():
+                    from ._ordering import NondeterminismError
+
+                    raise NondeterminismError(
+                        "the run finished but the journal recorded durable ops it never asked "
+                        f"for: {scheduler.unfulfilled()}. Node code took a different path on "
+                        "replay. Fix: make control flow depend only on state and durable "
+                        "results (see docs/deterministic-replay-on-restate.md)."
+                    )
+
+    async def ainvoke(self, graph: Any, input: Any, config: Any = None, **kwargs: Any) -> Any:
+        """``graph.ainvoke(input, config, **kwargs)`` with ordered durable ops."""
+        async with self._session(config) as cfg:
+            return await graph.ainvoke(input, cfg, **kwargs)
+
+    async def astream(
+        self, graph: Any, input: Any, config: Any = None, **kwargs: Any
+    ) -> AsyncIterator[Any]:
+        """``graph.astream(input, config, **kwargs)`` (any ``stream_mode``) with ordered ops."""
+        async with self._session(config) as cfg:
+            async for chunk in graph.astream(input, cfg, **kwargs):
+                yield chunk
+
+
+__all__ = ["SUPPORTED_LANGGRAPH", "DeterministicRunner", "Journal", "check_langgraph", "task_key"]

@@ -1,0 +1,434 @@
+"""The Restate service the end-to-end tests register (run by hypercorn in a subprocess).
+
+Every handler takes ``{"effects": <file>, "gate": <file or null>, "seed": int}``. Side
+effects append one line ``done <label>`` to the effects file when they finish (and
+``start <label>`` when they begin), so a test can count how often each ran. A side effect
+whose label is in ``{"slow": [...]}`` waits until the gate file exists before finishing
+(the kill -9 test kills the service while one of them waits).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import operator
+import os
+import random
+from typing import Annotated, Any
+
+import restate
+from langchain.agents import create_agent
+from langchain_core.callbacks import AsyncCallbackManagerForLLMRun, CallbackManagerForLLMRun
+from langchain_core.language_models import BaseChatModel
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
+from langchain_core.outputs import ChatGeneration, ChatResult
+from langchain_core.tools import tool
+from langgraph.graph import END, START, StateGraph
+from langgraph.types import Send
+from restate.ext.langchain import RestateMiddleware, restate_context
+from typing_extensions import TypedDict
+
+from langgraph_deterministic.runner import DeterministicRunner, RestateJournal, durable
+
+# -- side effects --------------------------------------------------------------------------
+
+_REQ: dict[str, Any] = {}
+
+
+def _append(path: str, line: str) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, (line + "\n").encode())
+    finally:
+        os.close(fd)
+
+
+async def effect(label: str, req: dict[str, Any]) -> str:
+    """A side effect: takes a random while, records itself, returns a value."""
+    _append(req["effects"], f"start {label}")
+    await asyncio.sleep(random.random() * 0.03)
+    if label in req.get("slow", []):
+        while not os.path.exists(req["gate"]):
+            await asyncio.sleep(0.02)
+    _append(req["effects"], f"done {label}")
+    return f"{label}:ok"
+
+
+async def jitter() -> None:
+    """Non-durable work of random length before a durable op (what breaks naive replay)."""
+    await asyncio.sleep(random.random() * 0.02)
+
+
+# -- graph shapes --------------------------------------------------------------------------
+
+
+class FanState(TypedDict, total=False):
+    req: dict[str, Any]
+    results: Annotated[list[str], operator.add]
+    summary: str
+
+
+def fanout_graph(width: int = 4) -> Any:
+    async def plan(state: FanState) -> FanState:
+        return {"results": [await durable("plan", effect, "plan", state["req"])]}
+
+    def branch(i: int) -> Any:
+        async def node(state: FanState) -> FanState:
+            out = []
+            for j in range(2):
+                await jitter()
+                out.append(await durable(f"op{j}", effect, f"b{i}.op{j}", state["req"]))
+            return {"results": out}
+
+        return node
+
+    async def join(state: FanState) -> FanState:
+        got = await durable("join", effect, "join", state["req"])
+        return {"summary": f"{got}|{len(state['results'])}"}
+
+    g = StateGraph(FanState)
+    g.add_node("plan", plan)
+    g.add_node("join", join)
+    g.add_edge(START, "plan")
+    for i in range(width):
+        g.add_node(f"b{i}", branch(i))
+        g.add_edge("plan", f"b{i}")
+        g.add_edge(f"b{i}", "join")
+    g.add_edge("join", END)
+    return g.compile()
+
+
+class MapState(TypedDict, total=False):
+    req: dict[str, Any]
+    items: list[int]
+    results: Annotated[list[str], operator.add]
+    summary: str
+
+
+class ItemState(TypedDict):
+    req: dict[str, Any]
+    item: int
+
+
+def mapreduce_graph(n: int = 5) -> Any:
+    async def split(state: MapState) -> MapState:
+        await durable("split", effect, "split", state["req"])
+        return {"items": list(range(n))}
+
+    def fan(state: MapState) -> list[Send]:
+        return [Send("worker", {"req": state["req"], "item": i}) for i in state["items"]]
+
+    async def worker(state: ItemState) -> MapState:
+        i = state["item"]
+        await jitter()
+        a = await durable("fetch", effect, f"w{i}.fetch", state["req"])
+        await jitter()
+        b = await durable("store", effect, f"w{i}.store", state["req"])
+        return {"results": [a, b]}
+
+    async def reduce(state: MapState) -> MapState:
+        got = await durable("reduce", effect, "reduce", state["req"])
+        return {"summary": f"{got}|{len(state['results'])}"}
+
+    g = StateGraph(MapState)
+    g.add_node("split", split)
+    g.add_node("worker", worker)
+    g.add_node("reduce", reduce)
+    g.add_edge(START, "split")
+    g.add_conditional_edges("split", fan, ["worker"])
+    g.add_edge("worker", "reduce")
+    g.add_edge("reduce", END)
+    return g.compile()
+
+
+def nested_graph() -> Any:
+    def inner(prefix: str) -> Any:
+        def leaf(j: int) -> Any:
+            async def node(state: FanState) -> FanState:
+                await jitter()
+                return {
+                    "results": [await durable("leaf", effect, f"{prefix}.l{j}", state["req"])]
+                }
+
+            return node
+
+        g = StateGraph(FanState)
+        for j in range(2):
+            g.add_node(f"l{j}", leaf(j))
+            g.add_edge(START, f"l{j}")
+            g.add_edge(f"l{j}", END)
+        return g.compile()
+
+    subs = {p: inner(p) for p in ("s0", "s1")}
+
+    def outer_node(prefix: str) -> Any:
+        async def node(state: FanState) -> FanState:
+            out = await subs[prefix].ainvoke({"req": state["req"], "results": []})
+            await jitter()
+            after = await durable("after", effect, f"{prefix}.after", state["req"])
+            return {"results": [*out["results"], after]}
+
+        return node
+
+    async def join(state: FanState) -> FanState:
+        return {"summary": f"{len(state['results'])}"}
+
+    g = StateGraph(FanState)
+    for p in subs:
+        g.add_node(p, outer_node(p))
+        g.add_edge(START, p)
+        g.add_edge(p, "join")
+    g.add_node("join", join)
+    g.add_edge("join", END)
+    return g.compile()
+
+
+def gather_graph() -> Any:
+    def node(i: int) -> Any:
+        async def run(state: FanState) -> FanState:
+            async def one(j: int) -> str:
+                await jitter()
+                return await durable(f"call{j}", effect, f"n{i}.c{j}", state["req"])
+
+            got = await asyncio.gather(*(one(j) for j in range(3)))
+            ctx = restate_context()  # unchanged Restate code inside a parallel node
+            extra = await ctx.run_typed("ctx-run", effect, restate.RunOptions(), f"n{i}.ctx", state["req"])
+            return {"results": [*got, extra]}
+
+        return run
+
+    g = StateGraph(FanState)
+    for i in range(3):
+        g.add_node(f"n{i}", node(i))
+        g.add_edge(START, f"n{i}")
+        g.add_edge(f"n{i}", END)
+    return g.compile()
+
+
+# -- create_agent with parallel tool calls -------------------------------------------------
+
+
+class ScriptedChatModel(BaseChatModel):
+    """Deterministic chat model: asks for three tools at once, then answers."""
+
+    @property
+    def _llm_type(self) -> str:
+        return "scripted"
+
+    def bind_tools(self, tools: Any, **kwargs: Any) -> Any:
+        return self
+
+    def _reply(self, messages: list[BaseMessage]) -> AIMessage:
+        if not any(isinstance(m, ToolMessage) for m in messages):
+            human = next(m for m in messages if isinstance(m, HumanMessage))
+            city = str(human.content)
+            return AIMessage(
+                content="",
+                tool_calls=[
+                    {"name": "weather", "args": {"city": city}, "id": "call_weather"},
+                    {"name": "population", "args": {"city": city}, "id": "call_population"},
+                    {"name": "timezone", "args": {"city": city}, "id": "call_timezone"},
+                ],
+            )
+        tools = sorted(str(m.content) for m in messages if isinstance(m, ToolMessage))
+        return AIMessage(content=" / ".join(tools))
+
+    def _generate(
+        self,
+        messages: list[BaseMessage],
+        stop: list[str] | None = None,
+        run_manager: CallbackManagerForLLMRun | None = None,
+        **kwargs: Any,
+    ) -> ChatResult:
+        return ChatResult(generations=[ChatGeneration(message=self._reply(messages))])
+
+    async def _agenerate(
+        self,
+        messages: list[BaseMessage],
+        stop: list[str] | None = None,
+        run_manager: AsyncCallbackManagerForLLMRun | None = None,
+        **kwargs: Any,
+    ) -> ChatResult:
+        await jitter()
+        return ChatResult(generations=[ChatGeneration(message=self._reply(messages))])
+
+
+def _tool_effect(name: str, city: str) -> Any:
+    async def call() -> str:
+        return await effect(f"tool.{name}.{city}", _REQ["current"])
+
+    return call
+
+
+@tool
+async def weather(city: str) -> str:
+    """Weather in a city."""
+    await jitter()
+    return await restate_context().run_typed("weather", _tool_effect("weather", city))
+
+
+@tool
+async def population(city: str) -> str:
+    """Population of a city."""
+    await jitter()
+    return await restate_context().run_typed("population", _tool_effect("population", city))
+
+
+@tool
+async def timezone(city: str) -> str:
+    """Timezone of a city."""
+    await jitter()
+    return await restate_context().run_typed("timezone", _tool_effect("timezone", city))
+
+
+def agent_graph() -> Any:
+    agent = create_agent(
+        ScriptedChatModel(), tools=[weather, population, timezone], middleware=[RestateMiddleware()]
+    )
+
+    async def ask(state: FanState) -> FanState:
+        out = await agent.ainvoke({"messages": [HumanMessage("paris")]})
+        return {"results": [str(out["messages"][-1].content)]}
+
+    async def side(state: FanState) -> FanState:
+        await jitter()
+        return {"results": [await durable("side", effect, "side", state["req"])]}
+
+    g = StateGraph(FanState)
+    g.add_node("ask", ask)
+    g.add_node("side", side)
+    g.add_edge(START, "ask")
+    g.add_edge(START, "side")
+    g.add_edge("ask", END)
+    g.add_edge("side", END)
+    return g.compile()
+
+
+# -- benchmark shapes (see benchmarks/bench_restate_runner.py) -------------------------------
+
+
+class BenchState(TypedDict, total=False):
+    req: dict[str, Any]
+    results: Annotated[list[str], operator.add]
+
+
+def bench_graph(branches: int = 4, ops: int = 4) -> Any:
+    def branch(i: int) -> Any:
+        async def node(state: BenchState) -> BenchState:
+            out = []
+            for j in range(ops):
+                delay = 0.4 if i == j else 0.05
+                out.append(await durable(f"op{j}", _sleep_op, delay))
+            return {"results": out}
+
+        return node
+
+    g = StateGraph(BenchState)
+    for i in range(branches):
+        g.add_node(f"b{i}", branch(i))
+        g.add_edge(START, f"b{i}")
+        g.add_edge(f"b{i}", END)
+    return g.compile()
+
+
+async def _sleep_op(delay: float) -> str:
+    await asyncio.sleep(delay)
+    return "ok"
+
+
+# -- the service ---------------------------------------------------------------------------
+
+GRAPHS = {
+    "fanout": fanout_graph,
+    "mapreduce": mapreduce_graph,
+    "nested": nested_graph,
+    "gather": gather_graph,
+    "agent": agent_graph,
+}
+_BUILT: dict[str, Any] = {}
+
+svc = restate.Service("Graphs")
+
+
+async def _run_graph(ctx: restate.Context, shape: str, req: dict[str, Any]) -> dict[str, Any]:
+    graph = _BUILT.get(shape)
+    if graph is None:
+        graph = _BUILT[shape] = GRAPHS[shape]()
+    _REQ["current"] = req
+    runner = DeterministicRunner(journal=RestateJournal(ctx))
+    out = await runner.ainvoke(graph, {"req": req, "results": []})
+    return {"results": sorted(out.get("results", [])), "summary": out.get("summary")}
+
+
+@svc.handler()
+async def fanout(ctx: restate.Context, req: dict[str, Any]) -> dict[str, Any]:
+    return await _run_graph(ctx, "fanout", req)
+
+
+@svc.handler()
+async def mapreduce(ctx: restate.Context, req: dict[str, Any]) -> dict[str, Any]:
+    return await _run_graph(ctx, "mapreduce", req)
+
+
+@svc.handler()
+async def nested(ctx: restate.Context, req: dict[str, Any]) -> dict[str, Any]:
+    return await _run_graph(ctx, "nested", req)
+
+
+@svc.handler()
+async def gather(ctx: restate.Context, req: dict[str, Any]) -> dict[str, Any]:
+    return await _run_graph(ctx, "gather", req)
+
+
+@svc.handler()
+async def agent(ctx: restate.Context, req: dict[str, Any]) -> dict[str, Any]:
+    return await _run_graph(ctx, "agent", req)
+
+
+@svc.handler()
+async def bench(ctx: restate.Context, req: dict[str, Any]) -> dict[str, Any]:
+    graph = _BUILT.get("bench")
+    if graph is None:
+        graph = _BUILT["bench"] = bench_graph()
+    runner = DeterministicRunner(journal=RestateJournal(ctx))
+    out = await runner.ainvoke(graph, {"req": req, "results": []})
+    return {"results": len(out["results"])}
+
+
+@svc.handler()
+async def bench_bare(ctx: restate.Context, req: dict[str, Any]) -> dict[str, Any]:
+    """Baseline: n sequential bare ctx.run_typed calls of a no-op."""
+    for j in range(int(req["n"])):
+        await ctx.run_typed(f"op{j}", _sleep_op, restate.RunOptions(), 0.0)
+    return {"results": int(req["n"])}
+
+
+@svc.handler()
+async def bench_runner_seq(ctx: restate.Context, req: dict[str, Any]) -> dict[str, Any]:
+    """The same sequential no-op calls, routed through a DeterministicRunner node."""
+
+    class S(TypedDict, total=False):
+        n: int
+        done: int
+
+    async def node(state: S) -> S:
+        for j in range(state["n"]):
+            await durable(f"op{j}", _sleep_op, 0.0)
+        return {"done": state["n"]}
+
+    g = StateGraph(S)
+    g.add_node("seq", node)
+    g.add_edge(START, "seq")
+    g.add_edge("seq", END)
+    runner = DeterministicRunner(journal=RestateJournal(ctx))
+    out = await runner.ainvoke(g.compile(), {"n": int(req["n"])})
+    return {"results": out["done"]}
+
+
+if os.environ.get("LGD_DEBUG"):
+    import logging
+
+    logging.basicConfig(level=logging.DEBUG, format="%(asctime)s %(name)s %(message)s")
+    for noisy in ("asyncio", "hpack", "httpcore", "httpx"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+
+app = restate.app(services=[svc])
