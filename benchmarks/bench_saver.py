@@ -21,7 +21,8 @@ channel holding ~10 KB of LangChain messages stored as a blob):
 
 * ``graph_async`` / ``graph_sync``: 10 sequential nodes, then a 5-way ``Send`` fan-out and
   a join; ~5 KB of input messages growing to ~10 KB; ``durability="sync"``; a fresh
-  thread and a fresh ``run_id`` (in config metadata) per run; ``ainvoke`` / ``invoke``.
+  thread and a fresh ``run_id`` per run (ours: ``run_config(thread, run)``; the peer: the
+  same ids as plain config); ``ainvoke`` / ``invoke``.
 * ``put_async`` / ``put_sync``: put of a 10 KB checkpoint with a new channel version,
   each the child of the previous one.
 * ``put_writes_async`` / ``put_writes_sync``: one task's writes (a ~500 B message and a
@@ -92,7 +93,7 @@ from langgraph.types import Send
 from psycopg.rows import dict_row
 from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
-from langgraph_deterministic import DeterministicSaver
+from langgraph_deterministic import DeterministicSaver, run_config
 from langgraph_deterministic.embedded import (
     create_database,
     database_name,
@@ -215,10 +216,16 @@ def graph_input() -> dict[str, list[AnyMessage]]:
     return {"messages": [HumanMessage(_text(5000, "in"))]}
 
 
-def run_config(side: str) -> RunnableConfig:
+def graph_config(side: str) -> RunnableConfig:
+    """A fresh thread and run id per run. Ours gets its config from ``run_config()`` (what
+    the retry contract asks of users: it adds an input-fingerprint callback); the peer gets
+    the same thread/run ids as plain config, as its users would pass them."""
+    thread_id, run_id = f"{side}-graph-{uuid.uuid4()}", str(uuid.uuid4())
+    if side == "ours":
+        return run_config(thread_id, run_id)
     return {
-        "configurable": {"thread_id": f"{side}-graph-{uuid.uuid4()}"},
-        "metadata": {"run_id": str(uuid.uuid4())},
+        "configurable": {"thread_id": thread_id, "run_id": run_id},
+        "metadata": {"run_id": run_id},
     }
 
 
@@ -326,7 +333,7 @@ async def graph_async(side: Side, ops: int, tag: str) -> Sample:
     for _ in range(ops):
         with timer.op():
             out = await side.async_graph.ainvoke(
-                graph_input(), run_config(side.name), durability="sync"
+                graph_input(), graph_config(side.name), durability="sync"
             )
         assert len(out["messages"]) == EXPECTED_MESSAGES, len(out["messages"])
     return timer.sample()
@@ -336,7 +343,7 @@ def graph_sync(side: Side, ops: int, tag: str) -> Sample:
     timer = Timer()
     for _ in range(ops):
         with timer.op():
-            out = side.sync_graph.invoke(graph_input(), run_config(side.name), durability="sync")
+            out = side.sync_graph.invoke(graph_input(), graph_config(side.name), durability="sync")
         assert len(out["messages"]) == EXPECTED_MESSAGES, len(out["messages"])
     return timer.sample()
 
