@@ -234,18 +234,20 @@ class ServiceProcess:
         _wait_port(self.port, time.monotonic() + 60, self.proc, "hypercorn service")
 
     def kill9(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            os.kill(self.proc.pid, signal.SIGKILL)
+        """SIGKILL the service's whole process group (hypercorn may fork a worker)."""
+        if self.proc is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.proc.pid, signal.SIGKILL)  # its own session: pgid == pid
             self.proc.wait(timeout=10)
         self.proc = None
 
     def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
+        if self.proc is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.proc.pid, signal.SIGTERM)
+            with contextlib.suppress(subprocess.TimeoutExpired):
                 self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.kill9()
+            self.kill9()
         self.proc = None
 
     def log_text(self) -> str:
