@@ -40,6 +40,7 @@ from psycopg.types.json import Jsonb
 from langgraph_deterministic.checkpointer.contract import (
     ATTEMPT_KEY,
     RUN_ID_KEY,
+    SQLSTATE_COMMAND_REPLAY,
     CallInfo,
     LedgerRow,
     RunContract,
@@ -477,9 +478,15 @@ def put_writes(
     try:
         yield Batch.write(*statements)
     except Exception as exc:
-        if (ours := translate_guard_error(exc, info)) is not None:
-            raise ours from None
-        raise
+        if (ours := translate_guard_error(exc, info)) is None:
+            raise
+        if guard is not None and guard["attempt"] and getattr(exc, "sqlstate", None) == (
+            SQLSTATE_COMMAND_REPLAY
+        ):
+            # LangGraph has applied the duplicate Command in memory already: make sure
+            # this attempt cannot store what it computes from it.
+            yield Batch.write(Statement(queries()["refuse_attempt"], guard))
+        raise ours from None
 
 
 def get_run(codec: Codec, thread_id: str, run_id: str) -> Operation[RunRecord | None]:

@@ -259,6 +259,8 @@ class CallInfo:
     fingerprint: str | None
     attempt: str | None
     addressed: bool
+    #: whether the config carries the RunInputRecorder of run_config
+    recorded: bool = False
 
     @property
     def root(self) -> bool:
@@ -351,6 +353,7 @@ class RunContract:
             fingerprint=recorder.fingerprint if recorder is not None else None,
             attempt=str(attempt) if attempt is not None else None,
             addressed=bool(configurable.get("checkpoint_id")),
+            recorded=recorder is not None,
         )
 
     # -- policy --------------------------------------------------------------------
@@ -400,7 +403,11 @@ class RunContract:
         may do on this thread. Raises the contract's errors; writes nothing."""
         self.require_run_id(info, "A graph run")
         run_id = info.run_id
-        if run_id is None or head_metadata is None:
+        if run_id is None:
+            return StartDecision("proceed")
+        if not info.recorded:
+            self._require_recorder(info)
+        if head_metadata is None:
             return StartDecision("proceed")
         head_run = head_metadata.get(RUN_ID_KEY)
         kind = fingerprint_kind(info.fingerprint)
@@ -434,6 +441,24 @@ class RunContract:
             "abandoned, or start a new run (a new run_id) with the input it should apply "
             "now; saver.get_run(thread_id, run_id) shows what it had done."
         )
+
+    def _require_recorder(self, info: CallInfo) -> None:
+        message = (
+            f"The graph run {info.run_id!r} on thread {info.thread_id!r} has a run id but its "
+            "config was not made by run_config(), so the saver cannot see its input: a "
+            "retry with a different input, or a second delivery of the same Command(resume="
+            "...), could not be refused before nodes run. Build the config with "
+            "langgraph_deterministic.run_config(thread_id, run_id, **configurable) (to add "
+            "callbacks, append to its 'callbacks' list instead of replacing it)."
+        )
+        if self.policy == "require":
+            raise RunIdRequiredError(message + " Nothing was run or written.")
+        with self._warned_lock:
+            key = f"recorder:{info.thread_id}"
+            if key in self._warned:
+                return
+            self._warned.add(key)
+        logger.warning("langgraph-deterministic: %s (Logged once per thread.)", message)
 
     def _check_same_input(self, info: CallInfo, stored: str | None) -> None:
         if info.fingerprint and stored and info.fingerprint != stored:
@@ -588,6 +613,7 @@ def translate_guard_error(exc: BaseException, info: CallInfo) -> DeterministicEr
     diag = getattr(exc, "diag", None)
     detail = getattr(diag, "message_detail", None) or ""
     run = f"run {info.run_id!r}" if info.run_id else "a call without run id"
+    Run = run[0].upper() + run[1:]
     if sqlstate == SQLSTATE_CHILD_TAKEN:
         return ConcurrentRunError(
             f"Another attempt got to thread {info.thread_id!r} first ({detail}): the "
@@ -607,7 +633,7 @@ def translate_guard_error(exc: BaseException, info: CallInfo) -> DeterministicEr
         )
     if sqlstate == SQLSTATE_COMMAND_REPLAY:
         return RunSupersededError(
-            f"{run.capitalize()} on thread {info.thread_id!r} tried to apply a Command to a "
+            f"{Run} on thread {info.thread_id!r} tried to apply a Command to a "
             "checkpoint the same run wrote after applying it once: a duplicate delivery of "
             "the same Command(resume/update/goto). It was refused so it cannot answer a "
             "later interrupt. Build configs with run_config(...) so duplicates are refused "

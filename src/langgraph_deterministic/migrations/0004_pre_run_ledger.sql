@@ -58,8 +58,14 @@ BEGIN
     ON CONFLICT (thread_id, checkpoint_ns, parent_checkpoint_id) DO NOTHING;
     IF NOT FOUND THEN
         SELECT * INTO taken FROM lgd_chain
-        WHERE thread_id = p_thread AND checkpoint_ns = p_ns AND parent_checkpoint_id = p_parent;
-        IF taken.checkpoint_id IS DISTINCT FROM p_child THEN
+        WHERE thread_id = p_thread AND checkpoint_ns = p_ns AND parent_checkpoint_id = p_parent
+        FOR UPDATE;
+        IF taken.checkpoint_id LIKE 'refused:%' AND taken.attempt IS DISTINCT FROM p_attempt THEN
+            -- A slot held for a refused attempt (see lgd_guard_writes) bars only that
+            -- attempt; anyone else continues the checkpoint normally.
+            UPDATE lgd_chain SET checkpoint_id = p_child, run_id = p_run, attempt = p_attempt
+            WHERE thread_id = p_thread AND checkpoint_ns = p_ns AND parent_checkpoint_id = p_parent;
+        ELSIF taken.checkpoint_id IS DISTINCT FROM p_child THEN
             RAISE EXCEPTION 'lgd: checkpoint already continued by another attempt'
                 USING ERRCODE = 'LG409',
                       DETAIL = format('checkpoint %s in namespace %L was already continued by checkpoint %s of run %s',
@@ -108,6 +114,9 @@ $$;
 -- Raises LG410 when another attempt already continued the checkpoint (the writer is a
 -- zombie or lost a race), LG412 when a run re-applies its own Command on a checkpoint it
 -- wrote after applying it (a duplicate delivery); records interrupts in the ledger.
+-- After LG412 the saver holds the checkpoint's child slot for the refused attempt
+-- ('refused:<attempt>', query refuse_attempt), so that attempt can store nothing more
+-- from it, while any other attempt or run continues the checkpoint as usual.
 CREATE OR REPLACE FUNCTION lgd_guard_writes(
     p_thread TEXT, p_ns TEXT, p_checkpoint TEXT, p_attempt TEXT, p_run TEXT,
     p_command BOOLEAN, p_interrupted BOOLEAN
@@ -118,7 +127,13 @@ DECLARE
 BEGIN
     SELECT * INTO taken FROM lgd_chain
     WHERE thread_id = p_thread AND checkpoint_ns = p_ns AND parent_checkpoint_id = p_checkpoint;
-    IF FOUND AND taken.attempt IS DISTINCT FROM p_attempt THEN
+    IF FOUND AND taken.checkpoint_id LIKE 'refused:%' THEN
+        IF taken.attempt IS NOT DISTINCT FROM p_attempt THEN
+            RAISE EXCEPTION 'lgd: command delivered twice'
+                USING ERRCODE = 'LG412',
+                      DETAIL = format('this attempt was refused at checkpoint %s', p_checkpoint);
+        END IF;
+    ELSIF FOUND AND taken.attempt IS DISTINCT FROM p_attempt THEN
         RAISE EXCEPTION 'lgd: checkpoint already continued by another attempt'
             USING ERRCODE = 'LG410',
                   DETAIL = format('checkpoint %s in namespace %L was already continued by checkpoint %s of run %s',

@@ -295,3 +295,10 @@ SELECT lgd_guard_put(
 SELECT lgd_guard_writes(
     %(thread_id)s, %(checkpoint_ns)s, %(checkpoint_id)s, %(attempt)s, %(run_id)s,
     %(command)s, %(interrupted)s)
+
+-- name: refuse_attempt
+-- After a duplicate Command was refused (LG412): bar the attempt that sent it from
+-- continuing the checkpoint, since LangGraph already applied the Command in memory.
+INSERT INTO lgd_chain (thread_id, checkpoint_ns, parent_checkpoint_id, checkpoint_id, run_id, attempt)
+VALUES (%(thread_id)s, %(checkpoint_ns)s, %(checkpoint_id)s, 'refused:' || %(attempt)s, %(run_id)s, %(attempt)s)
+ON CONFLICT (thread_id, checkpoint_ns, parent_checkpoint_id) DO NOTHING
