@@ -41,11 +41,6 @@ def run_config(
             f"run_config needs a run_id: a non-empty str or uuid.UUID that stays the same "
             f"across retries of this call, got {run_id!r}."
         )
-    for reserved in ("thread_id", RUN_ID_KEY):
-        if reserved in configurable:
-            raise ConfigurationError(
-                f"Pass {reserved} as run_config's own argument, not as a configurable key."
-            )
     return {
         "configurable": {
             "thread_id": str(thread_id),
