@@ -201,8 +201,10 @@ class OpScheduler(Generic[H]):
         created = False
         b = self._backend
         while self._plan and self._plan[0] in self._pending:
-            req = self._pending.pop(self._plan.popleft())
-            h = b.start_op(req.key, req.spec)
+            req = self._pending[self._plan[0]]
+            h = b.start_op(req.key, req.spec)  # if this raises, req stays pending (and failed)
+            del self._pending[req.key]
+            self._plan.popleft()
             log.debug("op created %s replaying=%s", req.key, b.is_replaying())
             self.stats.ops_created += 1
             self.stats.created_keys.append(req.key)
