@@ -13,6 +13,7 @@ import asyncio
 import operator
 import os
 import random
+import time
 from typing import Annotated, Any
 
 import restate
@@ -390,16 +391,24 @@ async def bench(ctx: restate.Context, req: dict[str, Any]) -> dict[str, Any]:
     if graph is None:
         graph = _BUILT["bench"] = bench_graph()
     runner = DeterministicRunner(journal=RestateJournal(ctx))
+    t0 = time.perf_counter()
     out = await runner.ainvoke(graph, {"req": req, "results": []})
-    return {"results": len(out["results"])}
+    stats = runner.last_stats
+    return {
+        "results": len(out["results"]),
+        "elapsed": time.perf_counter() - t0,
+        "decisions": stats.decisions_created,
+        "ops": stats.ops_created,
+    }
 
 
 @svc.handler()
 async def bench_bare(ctx: restate.Context, req: dict[str, Any]) -> dict[str, Any]:
     """Baseline: n sequential bare ctx.run_typed calls of a no-op."""
+    t0 = time.perf_counter()
     for j in range(int(req["n"])):
         await ctx.run_typed(f"op{j}", _sleep_op, restate.RunOptions(), 0.0)
-    return {"results": int(req["n"])}
+    return {"results": int(req["n"]), "elapsed": time.perf_counter() - t0}
 
 
 @svc.handler()
@@ -420,8 +429,9 @@ async def bench_runner_seq(ctx: restate.Context, req: dict[str, Any]) -> dict[st
     g.add_edge(START, "seq")
     g.add_edge("seq", END)
     runner = DeterministicRunner(journal=RestateJournal(ctx))
+    t0 = time.perf_counter()
     out = await runner.ainvoke(g.compile(), {"n": int(req["n"])})
-    return {"results": out["done"]}
+    return {"results": out["done"], "elapsed": time.perf_counter() - t0}
 
 
 if os.environ.get("LGD_DEBUG"):
