@@ -111,8 +111,9 @@ class SchedulerStats:
 class OpScheduler(Generic[H]):
     """One driver loop per run; see the module docstring for the protocol."""
 
-    def __init__(self, backend: JournalBackend[H]) -> None:
+    def __init__(self, backend: JournalBackend[H], *, stall_timeout: float | None = 60.0) -> None:
         self._backend = backend
+        self._stall_timeout = stall_timeout
         self._pending: dict[str, _Request] = {}
         self._inflight: dict[H, _Request] = {}
         self._plan: deque[str] = deque()
@@ -252,6 +253,23 @@ class OpScheduler(Generic[H]):
                     req.future.set_result(value)
         return progressed
 
+    async def _wait_for_requests(self) -> None:
+        stalled = bool(self._plan) and bool(self._pending) and self._plan[0] not in self._pending
+        if not stalled or self._stall_timeout is None:
+            await self._wake.wait()
+            return
+        try:
+            await asyncio.wait_for(self._wake.wait(), self._stall_timeout)
+        except TimeoutError:
+            raise NondeterminismError(
+                f"replay is stuck: the journal says the next durable op is {self._plan[0]!r}, "
+                f"but for {self._stall_timeout:g}s the run has only asked for "
+                f"{sorted(self._pending)}. Node code took a different path than when the "
+                "journal was written (control flow from time, randomness, globals or I/O "
+                "outside durable ops, or changed code). Fix: derive control flow only from "
+                "graph state and durable results; deploy changed code as a new revision."
+            ) from None
+
     async def _drive_inner(self) -> None:
         b = self._backend
         while True:
@@ -266,7 +284,7 @@ class OpScheduler(Generic[H]):
             if self._decision is not None:
                 handles.append(self._decision)
             if not handles or b.is_replaying():
-                await self._wake.wait()
+                await self._wait_for_requests()
                 continue
             self.stats.polls += 1
             log.debug("poll %d handles", len(handles))

@@ -183,8 +183,12 @@ class DeterministicRunner:
     after another; each call gets its own driver.
     """
 
-    def __init__(self, journal: Journal) -> None:
+    def __init__(self, journal: Journal, *, replay_stall_timeout: float | None = 60.0) -> None:
+        """``replay_stall_timeout``: how long a replay may wait for the op the journal says
+        comes next while other ops are waiting, before failing with NondeterminismError
+        (None: wait forever)."""
         check_langgraph()
+        self._stall_timeout = replay_stall_timeout
         for attr in ("open_backend", "bind"):
             if not callable(getattr(journal, attr, None)):
                 from langgraph_deterministic.errors import ConfigurationError
@@ -205,7 +209,9 @@ class DeterministicRunner:
                 "DeterministicRunner runs cannot nest: a node is already running under one. "
                 "Fix: call the inner graph directly (subgraphs are ordered by the outer run)."
             )
-        scheduler: OpScheduler[Any] = OpScheduler(self._journal.open_backend())
+        scheduler: OpScheduler[Any] = OpScheduler(
+            self._journal.open_backend(), stall_timeout=self._stall_timeout
+        )
         self.last_stats = scheduler.stats
         root = _SubmitScope("run")
         cfg: dict[str, Any] = dict(config or {})
