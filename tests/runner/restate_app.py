@@ -28,7 +28,12 @@ from langgraph.types import Send
 from restate.ext.langchain import RestateMiddleware, restate_context
 from typing_extensions import TypedDict
 
-from langgraph_deterministic.runner import DeterministicRunner, RestateJournal, durable
+from langgraph_deterministic.runner import (
+    DeterministicRunner,
+    NondeterminismError,
+    RestateJournal,
+    durable,
+)
 
 # -- side effects --------------------------------------------------------------------------
 
@@ -205,6 +210,40 @@ def gather_graph() -> Any:
     return g.compile()
 
 
+def combinators_graph() -> Any:
+    async def with_gather(state: FanState) -> FanState:
+        ctx = restate_context()
+        f1 = ctx.run_typed("x", effect, restate.RunOptions(), "comb.x", state["req"])
+        f2 = ctx.run_typed("y", effect, restate.RunOptions(), "comb.y", state["req"])
+        await restate.gather(f1, f2)  # routed futures work with restate.gather
+        out = [await f1, await f2]
+        try:
+            await restate.select(a=ctx.run_typed("sa", _sleep_op, restate.RunOptions(), 0.0),
+                                 b=ctx.run_typed("sb", _sleep_op, restate.RunOptions(), 0.0))
+        except NondeterminismError as exc:
+            out.append("select refused" if "restate.gather" in str(exc) else str(exc))
+        return {"results": out}
+
+    async def terminal(state: FanState) -> FanState:
+        async def fail() -> str:
+            _append(state["req"]["effects"], "done comb.fail")
+            raise restate.TerminalError("nope", 422)
+
+        await jitter()
+        try:
+            await durable("fail", fail)
+        except restate.TerminalError as exc:
+            return {"results": [f"caught {exc.message} {exc.status_code}"]}
+        return {"results": ["not raised"]}
+
+    g = StateGraph(FanState)
+    for name, fn in (("with_gather", with_gather), ("terminal", terminal)):
+        g.add_node(name, fn)
+        g.add_edge(START, name)
+        g.add_edge(name, END)
+    return g.compile()
+
+
 # -- create_agent with parallel tool calls -------------------------------------------------
 
 
@@ -344,6 +383,7 @@ GRAPHS = {
     "nested": nested_graph,
     "gather": gather_graph,
     "agent": agent_graph,
+    "combinators": combinators_graph,
 }
 _BUILT: dict[str, Any] = {}
 
@@ -378,6 +418,11 @@ async def nested(ctx: restate.Context, req: dict[str, Any]) -> dict[str, Any]:
 @svc.handler()
 async def gather(ctx: restate.Context, req: dict[str, Any]) -> dict[str, Any]:
     return await _run_graph(ctx, "gather", req)
+
+
+@svc.handler()
+async def combinators(ctx: restate.Context, req: dict[str, Any]) -> dict[str, Any]:
+    return await _run_graph(ctx, "combinators", req)
 
 
 @svc.handler()

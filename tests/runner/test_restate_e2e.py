@@ -54,6 +54,11 @@ SHAPES: dict[str, dict[str, Any]] = {
         "results": sorted(f"{x}:ok" for x in GATHER),
         "summary": None,
     },
+    "combinators": {
+        "effects": ["comb.x", "comb.y", "comb.fail"],
+        "results": sorted(["comb.x:ok", "comb.y:ok", "select refused", "caught nope 422"]),
+        "summary": None,
+    },
     "agent": {
         "effects": ["side", *TOOLS],
         "results": sorted(["side:ok", " / ".join(f"{t}:ok" for t in TOOLS)]),
