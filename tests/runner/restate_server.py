@@ -210,8 +210,11 @@ class RestateServer:
 class ServiceProcess:
     """``hypercorn restate_app:app`` on a fixed loopback port, restartable after kill -9."""
 
-    def __init__(self, port: int | None = None) -> None:
+    def __init__(self, port: int | None = None, app: str = "restate_app:app",
+                 cwd: Path = HERE) -> None:
         self.port = port or free_port()
+        self.app = app
+        self.cwd = cwd
         self.proc: subprocess.Popen[bytes] | None = None
         self.log_path = Path(tempfile.mkstemp(prefix="lgd-service-", suffix=".log")[1])
 
@@ -227,8 +230,8 @@ class ServiceProcess:
         log = open(self.log_path, "ab")  # noqa: SIM115 - lives with the process
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "hypercorn", "--bind", f"127.0.0.1:{self.port}",
-             "--graceful-timeout", "0", "restate_app:app"],
-            cwd=str(HERE), env=env, stdout=log, stderr=subprocess.STDOUT,
+             "--graceful-timeout", "0", self.app],
+            cwd=str(self.cwd), env=env, stdout=log, stderr=subprocess.STDOUT,
             start_new_session=True,
         )
         _wait_port(self.port, time.monotonic() + 60, self.proc, "hypercorn service")

@@ -176,3 +176,21 @@ def test_kill9_mid_invocation_then_restart(
     assert "570" not in str(row.get("last_failure") or ""), row
     # The held op ran again after the restart (its result was not journaled), once.
     assert effect_counts(effects, "start")[held] == 2
+
+
+def test_example_service_runs_under_forced_replay(restate_envs: Any) -> None:
+    from restate_server import REPO, ServiceProcess, http
+
+    env: RestateEnv = restate_envs.get("forced-replay")
+    example = ServiceProcess(app="examples.restate_parallel_research:app", cwd=REPO)
+    example.start()
+    try:
+        env.server.register(example.uri)
+        status, out = http("POST", f"{env.server.ingress}/Research/run",
+                           {"topics": ["tides", "moons", "orbits"]}, timeout=INVOCATION_TIMEOUT)
+        assert status == 200, (status, out, example.log_text()[-2000:])
+        assert out["report"].splitlines() == sorted(
+            f"FACTS ABOUT {t.upper()} #{len('facts about ' + t)}" for t in ("tides", "moons", "orbits")
+        )
+    finally:
+        example.stop()
