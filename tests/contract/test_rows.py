@@ -398,3 +398,75 @@ def test_secrets_stay_out_of_stored_metadata(db: str, saver: DeterministicSaver)
         head = allowing.get_tuple(plain("secrets-2"))
     assert head is not None and head.metadata["tenant"] == "acme"  # type: ignore[typeddict-item]
     assert "api_key" not in head.metadata
+
+
+# --- branching and cost ------------------------------------------------------------------
+
+
+def test_time_travel_branching_is_refused_but_a_copy_can_branch(
+    db: str, saver: DeterministicSaver
+) -> None:
+    graph = build_pipeline(db).compile(checkpointer=saver)
+    graph.invoke(ask("q"), run_config("travel", "A"))
+    history = list(graph.get_state_history(plain("travel")))
+    old = history[-2].config["configurable"]["checkpoint_id"]  # the input checkpoint's child
+    before, ran = rows(db, "travel"), effects(db, "travel")
+    with pytest.raises(ConfigurationError, match="branch"):
+        graph.invoke(None, run_config("travel", "replay", checkpoint_id=old))
+    assert rows(db, "travel") == before and effects(db, "travel") == ran
+    # Addressed at the head is not a branch (LangGraph Studio sends the id with a resume).
+    head = history[0].config["configurable"]["checkpoint_id"]
+    graph.invoke(None, run_config("travel", "at-head", checkpoint_id=head))
+    # A branch: on a copy, with a saver that does not enforce the contract...
+    saver.copy_thread("travel", "travel-branch")
+    with DeterministicSaver(db, run_id_policy="off") as explorer:
+        branch = build_pipeline(db).compile(checkpointer=explorer)
+        out = branch.invoke(None, run_config("travel-branch", "replay", checkpoint_id=old))
+    assert out["messages"][-1].content.startswith("report of")
+    # ...after which the copy continues under the contract like any thread.
+    more = graph.invoke(ask("more"), run_config("travel-branch", "next"))
+    assert more["messages"][-1].content.startswith("report of")
+
+
+def test_contract_adds_no_round_trip_to_writes_or_reads(db: str) -> None:
+    """Every saver call a graph run makes is exactly one round trip (one batch), with the
+    contract on: the guard statements ride in the write's own pipeline, the start check in
+    the head read."""
+    from langgraph_deterministic.checkpointer import _core
+    from langgraph_deterministic.checkpointer.saver import _execute
+
+    batches: list[str] = []
+    calls: Counter[str] = Counter()
+
+    class Counted(DeterministicSaver):
+        def _run(self, operation: Any) -> Any:
+            with psycopg.connect(db, autocommit=True) as conn:
+
+                def execute(batch: Any) -> Any:
+                    batches.append(batch.statements[0].sql.split()[0])
+                    return _execute(conn, batch)
+
+                return _core.run(operation, execute)
+
+        def get_tuple(self, config: RunnableConfig) -> Any:
+            calls["get_tuple"] += 1
+            return super().get_tuple(config)
+
+        def put(self, *args: Any) -> Any:
+            calls["put"] += 1
+            return super().put(*args)
+
+        def put_writes(self, *args: Any, **kwargs: Any) -> None:
+            calls["put_writes"] += 1
+            super().put_writes(*args, **kwargs)
+
+    with Counted(db) as counted:
+        graph = build_pipeline(db).compile(checkpointer=counted)
+        graph.invoke(ask("q"), run_config("cost", "A"), durability="sync")
+        batches.clear()
+        calls.clear()
+        graph.invoke(ask("q2"), run_config("cost", "B"), durability="sync")
+        assert calls["put"] >= 5 and calls["put_writes"] >= 5
+        assert len(batches) == sum(calls.values())
+        # The writes begin with the guard: the contract is on.
+        assert batches.count("SELECT") >= calls["put"] + calls["put_writes"]

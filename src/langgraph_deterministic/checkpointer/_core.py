@@ -308,6 +308,21 @@ def get_tuple(
     (rows,) = yield Batch.read(sql, params)
     if not rows:
         return None
+    if (
+        checkpoint_id
+        and info is not None
+        and contract is not None
+        and contract.refuses_branch(info)
+    ):
+        # A graph run addressed at an older checkpoint would branch the thread: refuse it
+        # now, before LangGraph runs anything (a rare path: one more read).
+        (latest,) = yield Batch.read(
+            "SELECT checkpoint_id FROM checkpoints WHERE thread_id = %s AND checkpoint_ns = ''"
+            " ORDER BY checkpoint_id DESC LIMIT 1",
+            (thread_id,),
+        )
+        if latest and latest[0][0] != checkpoint_id:
+            contract.refuse_branch(info, checkpoint_id, latest[0][0])
     yield from _with_pending_sends(codec, rows)
     found_tuple = load_tuple(codec, rows[0])
     if info is not None and contract is not None and contract.enforced and info.in_graph_run:
@@ -480,8 +495,10 @@ def put_writes(
     except Exception as exc:
         if (ours := translate_guard_error(exc, info)) is None:
             raise
-        if guard is not None and guard["attempt"] and getattr(exc, "sqlstate", None) == (
-            SQLSTATE_COMMAND_REPLAY
+        if (
+            guard is not None
+            and guard["attempt"]
+            and getattr(exc, "sqlstate", None) == (SQLSTATE_COMMAND_REPLAY)
         ):
             # LangGraph has applied the duplicate Command in memory already: make sure
             # this attempt cannot store what it computes from it.

@@ -50,6 +50,7 @@ from langgraph.checkpoint.base import (
 
 from langgraph_deterministic.errors import (
     ConcurrentRunError,
+    ConfigurationError,
     DeterministicError,
     RunIdRequiredError,
     RunInputMismatchError,
@@ -84,6 +85,7 @@ _SECRET_WORDS = ("key", "token", "secret", "password", "passwd", "auth", "creden
 # SQLSTATEs raised by the guard functions of migration 0004.
 SQLSTATE_CHILD_TAKEN = "LG409"
 SQLSTATE_STALE_WRITE = "LG410"
+SQLSTATE_CLOCK_BEHIND = "LG411"
 SQLSTATE_COMMAND_REPLAY = "LG412"
 
 
@@ -393,6 +395,20 @@ class RunContract:
         running graph, loading its latest checkpoint (not time travel, not get_state)."""
         return self.enforced and info.in_graph_run and info.root and not info.addressed
 
+    def refuses_branch(self, info: CallInfo) -> bool:
+        """Whether a graph run addressed at a checkpoint must be the thread's head."""
+        return self.enforced and info.in_graph_run and info.root and info.addressed
+
+    def refuse_branch(self, info: CallInfo, addressed: str, head: str) -> None:
+        raise ConfigurationError(
+            f"This graph run on thread {info.thread_id!r} is addressed at checkpoint "
+            f"{addressed}, but the thread has moved on to {head}: running from there would "
+            "branch the thread's history, which the retry contract keeps linear (a branch is "
+            "what a zombie attempt would create). Nothing was run or written. To explore a "
+            "branch, copy the thread (saver.copy_thread(thread, new_thread)) and time-travel "
+            'on the copy with a saver whose run_id_policy="off".'
+        )
+
     def decide_start(
         self,
         info: CallInfo,
@@ -630,6 +646,14 @@ def translate_guard_error(exc: BaseException, info: CallInfo) -> DeterministicEr
             f"pending writes of {run} belong to ({detail}). They were not stored: this "
             "attempt is a zombie or lost a race. Stop it; a retry with the same run_id "
             "resumes from what the winner stored."
+        )
+    if sqlstate == SQLSTATE_CLOCK_BEHIND:
+        return ConfigurationError(
+            f"{Run} on thread {info.thread_id!r} wrote a checkpoint whose id sorts before "
+            f"its parent's ({detail}). LangGraph loads a thread's greatest checkpoint id, so "
+            "it would never be read again. Checkpoint ids carry the writer's clock: this "
+            "machine's clock is behind the one that wrote the parent. Sync the clocks (NTP) "
+            "and retry. Nothing was written."
         )
     if sqlstate == SQLSTATE_COMMAND_REPLAY:
         return RunSupersededError(

@@ -53,6 +53,13 @@ DECLARE
     parent_run TEXT;
     parent_cp JSONB;
 BEGIN
+    -- LangGraph's "latest checkpoint" is the greatest id: a child that sorts before its
+    -- parent (a writer whose clock is behind) would be stored but never loaded.
+    IF p_parent <> '' AND p_child <= p_parent THEN
+        RAISE EXCEPTION 'lgd: checkpoint id sorts before its parent'
+            USING ERRCODE = 'LG411',
+                  DETAIL = format('checkpoint %s continues %s', p_child, p_parent);
+    END IF;
     INSERT INTO lgd_chain (thread_id, checkpoint_ns, parent_checkpoint_id, checkpoint_id, run_id, attempt)
     VALUES (p_thread, p_ns, p_parent, p_child, p_run, p_attempt)
     ON CONFLICT (thread_id, checkpoint_ns, parent_checkpoint_id) DO NOTHING;
