@@ -39,13 +39,77 @@ def run(env: RestateEnv, handler: str, body: dict[str, object]) -> tuple[float, 
     return wall, out
 
 
+def stress(n: int) -> None:
+    """Run each graph shape n times per regime; count 570 journal mismatches and hangs."""
+    import json
+    import tempfile
+
+    shapes = ["fanout", "mapreduce", "nested", "gather", "agent", "combinators", "fanout_ctx",
+              "naive"]
+    rows = []
+    for regime, forced in (("forced replay", True), ("no forced replay", False)):
+        env = RestateEnv(ensure_binary(), forced_replay=forced).start()
+        try:
+            for shape in shapes:
+                ok = mismatch = hang = other = 0
+                for _ in range(n):
+                    eff = tempfile.mktemp(prefix="lgd-effects-")
+                    iid = env.send(shape, {"effects": eff, "gate": None, "id": uuid.uuid4().hex})
+                    try:
+                        status, _out = env.attach(iid, timeout=15)
+                    except TimeoutError:
+                        status = -1
+                    inv = env.server.query(
+                        "select status, last_failure_error_code, last_failure from sys_invocation "
+                        f"where id = '{iid}'")[0]
+                    failed_570 = inv.get("last_failure_error_code") == 570 or "570" in json.dumps(
+                        inv.get("last_failure") or "")
+                    if status == 200 and not failed_570:
+                        ok += 1
+                    elif failed_570:
+                        mismatch += 1
+                    elif status == -1:
+                        hang += 1
+                    else:
+                        other += 1
+                    if status != 200:  # stop retrying it
+                        http_kill(env, iid)
+                rows.append((regime, shape, n, ok, mismatch, hang, other))
+        finally:
+            env.stop()
+    print("\n| regime | graph | runs | ok | 570 mismatch | hang (>15 s) | other |")
+    print("|---|---|---|---|---|---|---|")
+    for r in rows:
+        print("| " + " | ".join(str(x) for x in r) + " |")
+    print("\n('naive' = the fanout_ctx graph run with plain graph.ainvoke, no runner)")
+
+
+def http_kill(env: RestateEnv, iid: str) -> None:
+    from restate_server import http
+
+    http("PATCH", f"{env.server.admin}/invocations/{iid}/kill")
+    http("DELETE", f"{env.server.admin}/invocations/{iid}?mode=kill")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--runs", type=int, default=7)
     ap.add_argument("--seq-ops", type=int, default=50)
-    ap.add_argument("--forced-replay", action="store_true",
-                    help="inactivity-timeout 0s: suspend + replay after every durable step")
+    ap.add_argument(
+        "--forced-replay",
+        action="store_true",
+        help="inactivity-timeout 0s: suspend + replay after every durable step",
+    )
+    ap.add_argument(
+        "--stress",
+        type=int,
+        default=0,
+        help="instead: run every graph shape N times per regime, count failures",
+    )
     args = ap.parse_args()
+    if args.stress:
+        stress(args.stress)
+        return
 
     env = RestateEnv(ensure_binary(), forced_replay=args.forced_replay).start()
     try:
@@ -71,21 +135,35 @@ def main() -> None:
     med = statistics.median
     regime = "forced replay (inactivity-timeout 0s)" if args.forced_replay else "no forced replay"
     print(f"\nrestate-server 1.7.12, {regime}, {args.runs} runs, medians (min..max)\n")
-    print("| 4 branches x 4 ops (one 400 ms op each)   | wall      | vs ideal 550 ms | vs serial 2200 ms |")
-    print("|--------------------------------------------|-----------|-----------------|-------------------|")
-    for label, xs in (("graph run inside the handler", inner),
-                      ("client round trip (ingress -> result)", client)):
+    print(
+        "| 4 branches x 4 ops (one 400 ms op each)   | wall      | vs ideal 550 ms | vs serial 2200 ms |"
+    )
+    print(
+        "|--------------------------------------------|-----------|-----------------|-------------------|"
+    )
+    for label, xs in (
+        ("graph run inside the handler", inner),
+        ("client round trip (ingress -> result)", client),
+    ):
         m = med(xs)
-        print(f"| {label:<42} | {m * 1000:6.0f} ms | {m / IDEAL_S:13.2f}x | {m / SERIAL_S:15.2f}x |")
-    print(f"| (per-round barrier, for reference)         | {BARRIER_S * 1000:6.0f} ms | "
-          f"{BARRIER_S / IDEAL_S:13.2f}x | {BARRIER_S / SERIAL_S:15.2f}x |")
-    print(f"\nscheduling decisions journaled per run: median {med(decisions):.0f} for 16 ops; "
-          f"graph time range {min(inner) * 1000:.0f}..{max(inner) * 1000:.0f} ms")
+        print(
+            f"| {label:<42} | {m * 1000:6.0f} ms | {m / IDEAL_S:13.2f}x | {m / SERIAL_S:15.2f}x |"
+        )
+    print(
+        f"| (per-round barrier, for reference)         | {BARRIER_S * 1000:6.0f} ms | "
+        f"{BARRIER_S / IDEAL_S:13.2f}x | {BARRIER_S / SERIAL_S:15.2f}x |"
+    )
+    print(
+        f"\nscheduling decisions journaled per run: median {med(decisions):.0f} for 16 ops; "
+        f"graph time range {min(inner) * 1000:.0f}..{max(inner) * 1000:.0f} ms"
+    )
     print(f"\n| sequential no-op ops ({args.seq_ops} per run)      | per op  |")
     print("|--------------------------------------------|---------|")
     print(f"| bare ctx.run_typed in a handler            | {med(bare) * 1000:5.2f} ms |")
     print(f"| durable() in a DeterministicRunner node    | {med(routed) * 1000:5.2f} ms |")
-    print(f"| overhead per op                            | {(med(routed) - med(bare)) * 1000:5.2f} ms |")
+    print(
+        f"| overhead per op                            | {(med(routed) - med(bare)) * 1000:5.2f} ms |"
+    )
 
 
 if __name__ == "__main__":

@@ -5,8 +5,9 @@ A *workload* is measured as one :class:`Sample` per (round, side): how many oper
 ran, how long the whole batch took, and each operation's latency. Sides alternate
 within a round and the order flips every round (ours first, then peer first, ...), so a
 slow drift of the machine hits both sides alike. Throughput is reported as the median
-over rounds, latency percentiles over all recorded operations, and the ratio as
-``median(ours ops/s) / median(peer ops/s)`` -- higher is better for us.
+over rounds, latency percentiles over all recorded operations, and the ratio as the
+median over rounds of ``ours ops/s / peer ops/s`` of that round (higher is better for
+us); the spread of those per-round ratios shows how noisy the machine was.
 """
 
 from __future__ import annotations
@@ -101,6 +102,12 @@ class WorkloadResult:
 
     @property
     def ratio(self) -> float:
+        """Median of the per-round paired ratios: both samples of a pair ran back to back,
+        so a burst of load from elsewhere on the machine mostly cancels out."""
+        return statistics.median(self.round_ratios())
+
+    @property
+    def ratio_of_medians(self) -> float:
         return self.summary("ours").ops_per_s / self.summary("peer").ops_per_s
 
     def round_ratios(self) -> list[float]:
@@ -149,6 +156,7 @@ def to_json(results: Sequence[WorkloadResult], meta: dict[str, Any]) -> str:
             "description": r.description,
             "target": r.target,
             "ratio": r.ratio,
+            "ratio_of_medians": r.ratio_of_medians,
             "round_ratios": r.round_ratios(),
             "status": r.status(),
             **{side: asdict(r.summary(side)) for side in SIDES},
