@@ -7,15 +7,31 @@ import signal
 import subprocess
 import sys
 from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
 
 import psycopg
+import pytest
 from tests.contract.graphs import ask, build_pipeline, effects, wait_for_effect
 
 from langgraph_deterministic.checkpointer import DeterministicSaver
 from langgraph_deterministic.config import run_config
 
 WORKER = Path(__file__).with_name("_worker.py")
+_STARTED: list[subprocess.Popen[str]] = []
+
+
+@pytest.fixture(autouse=True)
+def _no_stray_workers() -> Iterator[None]:
+    """A failed test must not leave a paused worker behind: kill this test's survivors."""
+    yield
+    while _STARTED:
+        proc = _STARTED.pop()
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=30)
+
+
 ROOT_NODES = ("plan", "gather", "digest", "section", "write")
 
 
@@ -39,6 +55,7 @@ def start_worker(
         stderr=subprocess.PIPE,
         text=True,
     )
+    _STARTED.append(proc)
     return proc, release
 
 
