@@ -12,8 +12,10 @@ connection to its own fresh database on the same server, this prints per operati
 * ``srv ms``  CPU time of the server backend serving the connection (from
               /proc/<pid>/stat; only when the server runs on this machine).
 
-CPU times are averages over ``--ops`` repetitions and do not depend on how busy the
-machine is, so they show what a wall-clock ratio in bench_saver.py is made of. The
+CPU times are per-operation averages over ``--ops`` repetitions, the median of ``--reps``
+rounds that alternate the two sides. CPU time depends far less than wall time on how busy
+the machine is (not entirely: caches and frequency still move it), so this shows what a
+wall-clock ratio in bench_saver.py is made of. The
 sync API is measured; the async one runs the same core and queries.
 
 Run: ``python benchmarks/cost_breakdown.py [--ops N] [--only put,graph_sync]``.
@@ -23,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import statistics
 import sys
 import tempfile
 import time
@@ -161,21 +164,40 @@ class Subject:
         raise ValueError(name)
 
 
-def measure(subject: Subject, name: str, ops: int) -> dict[str, float]:
-    subject.op(name, 6)()  # warm up: past psycopg's prepare threshold (5), caches
-    counts = trace_counts(subject.conn, subject.op(name, 1))
+def measure_cpu(subject: Subject, name: str, ops: int) -> tuple[float, float]:
+    """(client CPU ms, server backend CPU ms or -1) per operation, over ``ops`` ops."""
     run = subject.op(name, ops)
     srv0, cli0 = backend_cpu_s(subject.pid), time.process_time()
     run()
     cli1, srv1 = time.process_time(), backend_cpu_s(subject.pid)
-    counts["cli_ms"] = (cli1 - cli0) * 1e3 / ops
-    counts["srv_ms"] = (srv1 - srv0) * 1e3 / ops if srv0 is not None and srv1 is not None else -1
-    return counts
+    srv = (srv1 - srv0) * 1e3 / ops if srv0 is not None and srv1 is not None else -1.0
+    return (cli1 - cli0) * 1e3 / ops, srv
+
+
+def measure(subjects: Sequence[Subject], name: str, ops: int, reps: int) -> list[dict[str, float]]:
+    """Protocol counts from one traced operation per side, then CPU in ``reps`` rounds that
+    alternate the sides (CPU time too drifts with the load on a shared machine); medians."""
+    out = []
+    for s in subjects:
+        s.op(name, 6)()  # warm up: past psycopg's prepare threshold (5), caches
+        out.append(trace_counts(s.conn, s.op(name, 1)))
+    cpu: list[list[tuple[float, float]]] = [[] for _ in subjects]
+    for rep in range(reps):
+        order = list(range(len(subjects)))
+        if rep % 2:
+            order.reverse()
+        for i in order:
+            cpu[i].append(measure_cpu(subjects[i], name, ops))
+    for counts, samples in zip(out, cpu, strict=True):
+        counts["cli_ms"] = statistics.median(c for c, _ in samples)
+        counts["srv_ms"] = statistics.median(s for _, s in samples)
+    return out
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--ops", type=int, default=300, help="operations per measurement")
+    parser.add_argument("--reps", type=int, default=5, help="alternating CPU rounds (median)")
     parser.add_argument("--only", default="", help=f"comma-separated subset of {OPS}")
     parser.add_argument("--policy", default="require", choices=["require", "warn", "off"],
                         help="our run_id_policy (graph runs pass run_config())")  # fmt: skip
@@ -202,13 +224,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("-" * len(head))
         for name in selected:
             n = max(1, args.ops // 20) if name in ("graph_sync", "list100") else args.ops
-            for s in subjects:
-                m = measure(s, name, n)
+            for s, m in zip(subjects, measure(subjects, name, n, args.reps), strict=True):
                 srv = f"{m['srv_ms']:.3f}" if m["srv_ms"] >= 0 else "n/a"
                 print(f"{name:<11} {s.name:<5} {m['rt']:>5.0f} {m['stmts']:>6.0f} {m['parse']:>6.0f} "
                       f"{m['kb_out']:>7.1f} {m['cli_ms']:>7.3f} {srv:>7}", flush=True)  # fmt: skip
-        print(f"\n(per operation; graph_sync = one whole run; CPU averaged over {args.ops} ops, "
-              f"{max(1, args.ops // 20)} for graph_sync and list100)")  # fmt: skip
+        print(f"\n(per operation; graph_sync = one whole run; CPU: median of {args.reps} "
+              f"alternating rounds of {args.ops} ops, {max(1, args.ops // 20)} for graph_sync "
+              "and list100)")  # fmt: skip
         c_ours.close()
         c_peer.close()
         return 0
