@@ -167,3 +167,20 @@ def test_prune_refuses_delta_threads_and_prunes_nothing(ready: str) -> None:
         assert len(list(saver.list({"configurable": {"thread_id": "plain"}}))) == 3
         saver.prune(["plain"])
         assert len(list(saver.list({"configurable": {"thread_id": "plain"}}))) == 1
+
+
+def test_a_write_batch_is_atomic_when_its_last_statement_fails(ready: str) -> None:
+    """Blobs go first in a put; if the checkpoint row is then refused, no blob remains.
+    (Postgres cannot store a NUL character in JSONB, so an inline string holding one
+    makes the last statement of the batch fail.)"""
+    before = _counts(ready)
+    with DeterministicSaver(ready, run_id_policy="off") as saver:
+        checkpoint = empty_checkpoint()
+        checkpoint["channel_values"] = {"big": ["goes to a blob"], "text": "nul\x00here"}
+        checkpoint["channel_versions"] = {"big": "1", "text": "1"}
+        config: RunnableConfig = {"configurable": {"thread_id": "atomic", "checkpoint_ns": ""}}
+        with pytest.raises(Exception, match=r"\\u0000|NUL"):
+            saver.put(config, checkpoint, {}, {"big": "1", "text": "1"})
+        # The connection is usable afterwards and nothing of the batch was stored.
+        assert saver.get_tuple(config) is None
+    assert _counts(ready) == before

@@ -78,7 +78,11 @@ def _execute(conn: Connection[Any], batch: Batch) -> Results:
                 results.append(cur.fetchall() if st.fetch else None)
         return results
     cursors = []
-    with conn.pipeline(), _transaction(conn, batch):
+    # Statements up to a pipeline's one Sync form one implicit transaction: if any fails,
+    # Postgres rolls them all back. That is the atomicity we need, in one round trip;
+    # psycopg's transaction() inside a pipeline would add three more syncs (BEGIN, COMMIT,
+    # exit). Only a batch that sets an isolation level needs an explicit transaction.
+    with conn.pipeline(), _transaction(conn, batch) if batch.isolation else _nothing():
         for st in statements:
             cur = conn.cursor(binary=True)
             if st.many:
@@ -109,7 +113,8 @@ async def _aexecute(conn: AsyncConnection[Any], batch: Batch) -> Results:
                 results.append(await cur.fetchall() if st.fetch else None)
         return results
     cursors = []
-    async with conn.pipeline(), _atransaction(conn, batch):
+    # One implicit transaction per pipeline sync; see _execute.
+    async with conn.pipeline(), _atransaction(conn, batch) if batch.isolation else _anothing():
         for st in statements:
             cur = conn.cursor(binary=True)
             if st.many:
