@@ -44,8 +44,16 @@ def stress(n: int) -> None:
     import json
     import tempfile
 
-    shapes = ["fanout", "mapreduce", "nested", "gather", "agent", "combinators", "fanout_ctx",
-              "naive"]
+    shapes = [
+        "fanout",
+        "mapreduce",
+        "nested",
+        "gather",
+        "agent",
+        "combinators",
+        "fanout_ctx",
+        "naive",
+    ]
     rows = []
     for regime, forced in (("forced replay", True), ("no forced replay", False)):
         env = RestateEnv(ensure_binary(), forced_replay=forced).start()
@@ -61,9 +69,11 @@ def stress(n: int) -> None:
                         status = -1
                     inv = env.server.query(
                         "select status, last_failure_error_code, last_failure from sys_invocation "
-                        f"where id = '{iid}'")[0]
+                        f"where id = '{iid}'"
+                    )[0]
                     failed_570 = inv.get("last_failure_error_code") == 570 or "570" in json.dumps(
-                        inv.get("last_failure") or "")
+                        inv.get("last_failure") or ""
+                    )
                     if status == 200 and not failed_570:
                         ok += 1
                     elif failed_570:

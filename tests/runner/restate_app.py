@@ -103,6 +103,29 @@ def fanout_graph(width: int = 4) -> Any:
     return g.compile()
 
 
+def fanout_ctx_graph(width: int = 4) -> Any:
+    """Fan-out whose nodes call restate_context().run_typed as Restate's docs teach."""
+
+    def branch(i: int) -> Any:
+        async def node(state: FanState) -> FanState:
+            ctx = restate_context()
+            out = []
+            for j in range(2):
+                await jitter()
+                out.append(await ctx.run_typed(f"op{j}", effect, restate.RunOptions(),
+                                               f"b{i}.op{j}", state["req"]))
+            return {"results": out}
+
+        return node
+
+    g = StateGraph(FanState)
+    for i in range(width):
+        g.add_node(f"b{i}", branch(i))
+        g.add_edge(START, f"b{i}")
+        g.add_edge(f"b{i}", END)
+    return g.compile()
+
+
 class MapState(TypedDict, total=False):
     req: dict[str, Any]
     items: list[int]
@@ -384,6 +407,7 @@ GRAPHS = {
     "gather": gather_graph,
     "agent": agent_graph,
     "combinators": combinators_graph,
+    "fanout_ctx": fanout_ctx_graph,
 }
 _BUILT: dict[str, Any] = {}
 
@@ -428,6 +452,19 @@ async def combinators(ctx: restate.Context, req: dict[str, Any]) -> dict[str, An
 @svc.handler()
 async def agent(ctx: restate.Context, req: dict[str, Any]) -> dict[str, Any]:
     return await _run_graph(ctx, "agent", req)
+
+
+@svc.handler()
+async def fanout_ctx(ctx: restate.Context, req: dict[str, Any]) -> dict[str, Any]:
+    return await _run_graph(ctx, "fanout_ctx", req)
+
+
+@svc.handler()
+async def naive(ctx: restate.Context, req: dict[str, Any]) -> dict[str, Any]:
+    """The same fan-out without DeterministicRunner: the baseline that breaks."""
+    graph = _BUILT.get("fanout_ctx") or _BUILT.setdefault("fanout_ctx", fanout_ctx_graph())
+    out = await graph.ainvoke({"req": req, "results": []})
+    return {"results": sorted(out.get("results", [])), "summary": None}
 
 
 @svc.handler()
