@@ -251,3 +251,47 @@ def test_graph_replay_reproduces_the_journal(n: int, crashes: list[int], seed: i
         assert attempt.cursor == len(before) and attempt.polls == 0
 
     asyncio.run(scenario())
+
+
+# -- the journal rules are strict enough to catch the known bug ---------------------------
+
+
+class _ArrivalOrderScheduler(OpScheduler[Any]):
+    """What breaks on Restate today: ops created in arrival order, nothing recorded."""
+
+    def _create_planned(self) -> bool:
+        created = False
+        for key in list(self._pending):
+            req = self._pending.pop(key)
+            self._inflight[self._backend.start_op(req.key, req.spec)] = req
+            created = True
+        return created
+
+
+def test_the_fake_journal_catches_arrival_order_creation() -> None:
+    from fake_journal import AwaitDuringReplay, JournalMismatch
+
+    program = [[("ops", 1), ("ops", 1)] for _ in range(4)]
+
+    async def attempt(store: Store, rnd: random.Random) -> None:
+        backend = FakeAttempt(store, io_ticks=lambda _n: rnd.randint(0, 6))
+        sched: OpScheduler[Any] = _ArrivalOrderScheduler(backend)
+        sched.start()
+        tasks = [asyncio.ensure_future(_task(sched, t, s, rnd)) for t, s in enumerate(program)]
+        try:
+            await asyncio.wait_for(asyncio.gather(*tasks), ATTEMPT_TIMEOUT)
+        finally:
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            await sched.aclose()
+
+    caught = 0
+    for seed in range(20):
+        store = Store()
+        asyncio.run(attempt(store, random.Random(seed)))
+        try:
+            asyncio.run(attempt(store, random.Random(seed + 1000)))
+        except (JournalMismatch, AwaitDuringReplay):
+            caught += 1
+    assert caught > 0
