@@ -287,9 +287,9 @@ class ScriptedChatModel(BaseChatModel):
             return AIMessage(
                 content="",
                 tool_calls=[
-                    {"name": "weather", "args": {"city": city}, "id": "call_weather"},
-                    {"name": "population", "args": {"city": city}, "id": "call_population"},
-                    {"name": "timezone", "args": {"city": city}, "id": "call_timezone"},
+                    {"name": "weather", "args": {"city": city}, "id": f"call_weather_{city}"},
+                    {"name": "population", "args": {"city": city}, "id": f"call_population_{city}"},
+                    {"name": "timezone", "args": {"city": city}, "id": f"call_timezone_{city}"},
                 ],
             )
         tools = sorted(str(m.content) for m in messages if isinstance(m, ToolMessage))
@@ -366,6 +366,29 @@ def agent_graph() -> Any:
     return g.compile()
 
 
+def agents_graph() -> Any:
+    """Two create_agent agents (RestateMiddleware, three parallel tool calls each) in
+    parallel nodes: the middleware keeps per-turn state on the shared Restate context."""
+    agent = create_agent(
+        ScriptedChatModel(), tools=[weather, population, timezone], middleware=[RestateMiddleware()]
+    )
+
+    def ask(city: str) -> Any:
+        async def node(state: FanState) -> FanState:
+            await jitter()
+            out = await agent.ainvoke({"messages": [HumanMessage(city)]})
+            return {"results": [str(out["messages"][-1].content)]}
+
+        return node
+
+    g = StateGraph(FanState)
+    for city in ("paris", "rome"):
+        g.add_node(city, ask(city))
+        g.add_edge(START, city)
+        g.add_edge(city, END)
+    return g.compile()
+
+
 # -- benchmark shapes (see benchmarks/bench_restate_runner.py) -------------------------------
 
 
@@ -408,6 +431,7 @@ GRAPHS = {
     "agent": agent_graph,
     "combinators": combinators_graph,
     "fanout_ctx": fanout_ctx_graph,
+    "agents": agents_graph,
 }
 _BUILT: dict[str, Any] = {}
 
@@ -452,6 +476,11 @@ async def combinators(ctx: restate.Context, req: dict[str, Any]) -> dict[str, An
 @svc.handler()
 async def agent(ctx: restate.Context, req: dict[str, Any]) -> dict[str, Any]:
     return await _run_graph(ctx, "agent", req)
+
+
+@svc.handler()
+async def agents(ctx: restate.Context, req: dict[str, Any]) -> dict[str, Any]:
+    return await _run_graph(ctx, "agents", req)
 
 
 @svc.handler()

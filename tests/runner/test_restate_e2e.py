@@ -59,6 +59,14 @@ SHAPES: dict[str, dict[str, Any]] = {
         "results": sorted(["comb.x:ok", "comb.y:ok", "select refused", "caught nope 422"]),
         "summary": None,
     },
+    "agents": {
+        "effects": [f"tool.{t}.{c}" for t in ("population", "timezone", "weather")
+                    for c in ("paris", "rome")],
+        "results": sorted(" / ".join(f"tool.{t}.{c}:ok" for t in ("population", "timezone",
+                                                                    "weather"))
+                          for c in ("paris", "rome")),
+        "summary": None,
+    },
     "agent": {
         "effects": ["side", *TOOLS],
         "results": sorted(["side:ok", " / ".join(f"{t}:ok" for t in TOOLS)]),

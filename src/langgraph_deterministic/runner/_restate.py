@@ -21,7 +21,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import itertools
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, MutableMapping, Sequence
 from contextlib import contextmanager
 from datetime import timedelta
 from typing import Any, cast
@@ -244,6 +244,42 @@ def _in_run() -> bool:
     return current_scheduler() is not None
 
 
+def _graph_scope() -> str:
+    """The checkpoint namespace of the graph invocation the current node belongs to."""
+    from langchain_core.runnables.config import var_child_runnable_config
+
+    cfg = var_child_runnable_config.get() or {}
+    ns = str((cfg.get("configurable") or {}).get("checkpoint_ns") or "")
+    return ns.rpartition("|")[0]
+
+
+class _ScopedData(MutableMapping[str, Any]):
+    """Writes go to ``own``; reads fall back to ``parent``."""
+
+    def __init__(self, own: dict[str, Any], parent: dict[str, Any]) -> None:
+        self._own, self._parent = own, parent
+
+    def __getitem__(self, key: str) -> Any:
+        if key in self._own:
+            return self._own[key]
+        return self._parent[key]
+
+    def __setitem__(self, key: str, value: Any) -> None:
+        self._own[key] = value
+
+    def __delitem__(self, key: str) -> None:
+        if key in self._own:
+            del self._own[key]
+        else:
+            del self._parent[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter({**self._parent, **self._own})
+
+    def __len__(self) -> int:
+        return len({**self._parent, **self._own})
+
+
 def _routed_classes() -> tuple[type, type, type]:
     """Build (once) the routed-context classes; they subclass restate-sdk's types."""
     global _ROUTED
@@ -306,8 +342,25 @@ def _routed_classes() -> tuple[type, type, type]:
         _lgd_real: Any
 
         def __getattr__(self, name: str) -> Any:
-            # Instance state (vm, extension_data, ...) is the real context's.
+            # Instance state (vm, random_instance, ...) is the real context's.
             return getattr(self.__dict__["_lgd_real"], name)
+
+        @property
+        def extension_data(self) -> Any:  # type: ignore[override]
+            """Extension data, scoped per enclosing graph invocation.
+
+            Restate's extensions keep per-invocation state here (RestateMiddleware: the
+            turnstile of the current tool-call batch). Two agents running in parallel
+            nodes would overwrite each other's; inside a subgraph (an agent run by a node)
+            writes go to that subgraph invocation's own scope, reads fall back to the
+            handler's data.
+            """
+            real = self.__dict__["_lgd_real"].extension_data
+            scope = _graph_scope()
+            if not scope:
+                return real
+            scopes: dict[str, dict[str, Any]] = self.__dict__["_lgd_scopes"]
+            return _ScopedData(scopes.setdefault(scope, {}), real)
 
         def run_typed(  # type: ignore[override,unused-ignore]
             self, name: str, action: Any, options: Any = None, /, *args: Any, **kwargs: Any
@@ -385,6 +438,7 @@ class RestateJournal:
             routed: Any = object.__new__(ctx_cls)
             routed.__dict__["_lgd_real"] = self._ctx
             routed.__dict__["_lgd_shim"] = shim_cls()
+            routed.__dict__["_lgd_scopes"] = {}
             token = sc._restate_context_var.set(routed)
         try:
             yield
