@@ -484,12 +484,30 @@ def put_writes(
             )
         )
     special = all(channel in WRITES_IDX_MAP for channel, _ in writes)
-    sql = queries()["upsert_write" if special else "insert_write"]
     statements = []
     guard = contract.guard_writes(info, checkpoint_id, task_id, (c for c, _ in writes))
-    if guard is not None:
-        statements.append(Statement(queries()["guard_writes"], guard))
-    statements.append(Statement(sql, rows, many=True))
+    if guard is None:
+        sql = queries()["upsert_write" if special else "insert_write"]
+        statements.append(Statement(sql, rows, many=True))
+    else:
+        if guard["command"] or guard["interrupted"]:
+            statements.append(Statement(queries()["guard_writes"], guard))
+        if special:  # one row per idx, the last one winning (as upserting one by one)
+            rows = list({r[5]: r for r in rows}.values())
+        statements.append(
+            Statement(
+                _guarded_writes_sql(special),
+                {
+                    **guard,
+                    "task_id": task_id,
+                    "task_path": task_path,
+                    "idxs": [r[5] for r in rows],
+                    "channels": [r[6] for r in rows],
+                    "types": [r[7] for r in rows],
+                    "blobs": [r[8] for r in rows],
+                },
+            )
+        )
     try:
         yield Batch.write(*statements)
     except Exception as exc:
@@ -504,6 +522,14 @@ def put_writes(
             # this attempt cannot store what it computes from it.
             yield Batch.write(Statement(queries()["refuse_attempt"], guard))
         raise ours from None
+
+
+@cache
+def _guarded_writes_sql(special: bool) -> str:
+    """Pending writes in one fenced statement, with the conflict rule of the plain form."""
+    plain = queries()["upsert_write" if special else "insert_write"]
+    conflict = plain[plain.index("ON CONFLICT") :]
+    return queries()["guarded_writes"].replace("{conflict}", conflict)
 
 
 def get_run(codec: Codec, thread_id: str, run_id: str) -> Operation[RunRecord | None]:

@@ -84,9 +84,15 @@ BEGIN
         RETURN;
     END IF;
     IF p_parent <> '' THEN
-        SELECT c.metadata ->> 'run_id', c.checkpoint INTO parent_run, parent_cp
-        FROM checkpoints c
-        WHERE c.thread_id = p_thread AND c.checkpoint_ns = '' AND c.checkpoint_id = p_parent;
+        -- Who wrote the parent: our chain knows (cheap); a checkpoint another saver wrote
+        -- is looked up in the checkpoint row.
+        SELECT ch.run_id INTO parent_run FROM lgd_chain ch
+        WHERE ch.thread_id = p_thread AND ch.checkpoint_ns = '' AND ch.checkpoint_id = p_parent;
+        IF parent_run IS DISTINCT FROM p_run THEN
+            SELECT c.metadata ->> 'run_id', c.checkpoint INTO parent_run, parent_cp
+            FROM checkpoints c
+            WHERE c.thread_id = p_thread AND c.checkpoint_ns = '' AND c.checkpoint_id = p_parent;
+        END IF;
         IF parent_run IS NOT NULL AND parent_run <> p_run THEN
             -- LangGraph discards the unfinished tasks of the previous run when a new
             -- input arrives, which changes versions_seen (or clears pending Sends): equal
@@ -98,6 +104,7 @@ BEGIN
                      AND (parent_cp -> 'channel_versions' ->> '__pregel_tasks') IS NOT DISTINCT FROM p_tasks_version
                     THEN 'done' ELSE 'superseded' END,
                 superseded_by = p_run,
+                last_checkpoint_id = p_parent,
                 updated_at = now()
             WHERE thread_id = p_thread AND run_id = parent_run
               AND status IN ('running', 'interrupted');
@@ -113,13 +120,16 @@ BEGIN
         last_attempt = EXCLUDED.last_attempt,
         last_checkpoint_id = EXCLUDED.last_checkpoint_id,
         input_fingerprint = coalesce(r.input_fingerprint, EXCLUDED.input_fingerprint),
-        updated_at = now();
+        updated_at = now()
+    -- A run's later checkpoints change nothing here (no new row version per write): the
+    -- last checkpoint of a running run is its newest one (see select_run); it is
+    -- recorded when the run's attempt or status changes, and when a later run closes it.
+    WHERE r.last_attempt IS DISTINCT FROM EXCLUDED.last_attempt OR r.status <> 'running';
 END
 $$;
 
--- Called first in the transaction of every pending-writes write (policy require/warn).
--- Raises LG410 when another attempt already continued the checkpoint (the writer is a
--- zombie or lost a race), LG412 when a run re-applies its own Command on a checkpoint it
+-- Called in the transaction of a Command's writes and of interrupt writes (policy
+-- require/warn): raises LG412 when a run re-applies its own Command on a checkpoint it
 -- wrote after applying it (a duplicate delivery); records interrupts in the ledger.
 -- After LG412 the saver holds the checkpoint's child slot for the refused attempt
 -- ('refused:<attempt>', query refuse_attempt), so that attempt can store nothing more
@@ -129,23 +139,8 @@ CREATE OR REPLACE FUNCTION lgd_guard_writes(
     p_command BOOLEAN, p_interrupted BOOLEAN
 ) RETURNS void LANGUAGE plpgsql AS $$
 DECLARE
-    taken lgd_chain;
     cp_run TEXT;
 BEGIN
-    SELECT * INTO taken FROM lgd_chain
-    WHERE thread_id = p_thread AND checkpoint_ns = p_ns AND parent_checkpoint_id = p_checkpoint;
-    IF FOUND AND taken.checkpoint_id LIKE 'refused:%' THEN
-        IF taken.attempt IS NOT DISTINCT FROM p_attempt THEN
-            RAISE EXCEPTION 'lgd: command delivered twice'
-                USING ERRCODE = 'LG412',
-                      DETAIL = format('this attempt was refused at checkpoint %s', p_checkpoint);
-        END IF;
-    ELSIF FOUND AND taken.attempt IS DISTINCT FROM p_attempt THEN
-        RAISE EXCEPTION 'lgd: checkpoint already continued by another attempt'
-            USING ERRCODE = 'LG410',
-                  DETAIL = format('checkpoint %s in namespace %L was already continued by checkpoint %s of run %s',
-                                  p_checkpoint, p_ns, taken.checkpoint_id, coalesce(taken.run_id, '(no run id)'));
-    END IF;
     IF p_command THEN
         SELECT c.metadata ->> 'run_id' INTO cp_run FROM checkpoints c
         WHERE c.thread_id = p_thread AND c.checkpoint_ns = p_ns AND c.checkpoint_id = p_checkpoint;
@@ -156,8 +151,37 @@ BEGIN
         END IF;
     END IF;
     IF p_interrupted THEN
-        UPDATE lgd_runs SET status = 'interrupted', updated_at = now()
+        UPDATE lgd_runs SET status = 'interrupted', last_checkpoint_id = p_checkpoint,
+                            updated_at = now()
         WHERE thread_id = p_thread AND run_id = p_run AND status = 'running';
     END IF;
+END
+$$;
+
+-- Called by the pending-writes INSERT only for a checkpoint that already has a child, i.e.
+-- almost never: returns false when the writer may still write (its own attempt's late
+-- writes, or a slot held for another, refused attempt), raises otherwise: LG410 when
+-- another attempt continued the checkpoint (a zombie or the loser of a race), LG412 when
+-- this attempt was refused for a duplicate Command.
+CREATE OR REPLACE FUNCTION lgd_refuse_writes(
+    p_child TEXT, p_child_run TEXT, p_child_attempt TEXT, p_attempt TEXT, p_checkpoint TEXT,
+    p_ns TEXT
+) RETURNS boolean LANGUAGE plpgsql COST 1000 AS $$
+BEGIN
+    IF p_child LIKE 'refused:%' THEN
+        IF p_child_attempt IS NOT DISTINCT FROM p_attempt THEN
+            RAISE EXCEPTION 'lgd: command delivered twice'
+                USING ERRCODE = 'LG412',
+                      DETAIL = format('this attempt was refused at checkpoint %s', p_checkpoint);
+        END IF;
+        RETURN false;
+    END IF;
+    IF p_child_attempt IS NOT DISTINCT FROM p_attempt THEN
+        RETURN false;
+    END IF;
+    RAISE EXCEPTION 'lgd: checkpoint already continued by another attempt'
+        USING ERRCODE = 'LG410',
+              DETAIL = format('checkpoint %s in namespace %L was already continued by checkpoint %s of run %s',
+                              p_checkpoint, p_ns, p_child, coalesce(p_child_run, '(no run id)'));
 END
 $$;

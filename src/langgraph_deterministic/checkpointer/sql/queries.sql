@@ -276,12 +276,18 @@ LEFT JOIN lgd_runs r
 -- name: select_run
 -- A run's ledger row and its last root checkpoint, in one round trip.
 SELECT r.thread_id, r.run_id, r.status, r.attempts, r.first_checkpoint_id,
-       r.last_checkpoint_id, r.input_fingerprint, r.superseded_by, r.created_at,
+       coalesce(cp.checkpoint_id, r.last_checkpoint_id), r.input_fingerprint, r.superseded_by, r.created_at,
        r.updated_at, cp.*
 FROM lgd_runs r
 LEFT JOIN LATERAL (
     {select_checkpoint}
-    WHERE c.thread_id = r.thread_id AND c.checkpoint_ns = '' AND c.checkpoint_id = r.last_checkpoint_id
+    WHERE c.thread_id = r.thread_id AND c.checkpoint_ns = ''
+      AND c.checkpoint_id = CASE
+          WHEN r.status IN ('done', 'superseded') THEN r.last_checkpoint_id
+          ELSE (SELECT max(l.checkpoint_id) FROM checkpoints l
+                WHERE (l.metadata ->> 'run_id') = r.run_id AND l.thread_id = r.thread_id
+                  AND l.checkpoint_ns = '')
+      END
 ) cp ON true
 WHERE r.thread_id = %(thread_id)s AND r.run_id = %(run_id)s
 
@@ -302,3 +308,22 @@ SELECT lgd_guard_writes(
 INSERT INTO lgd_chain (thread_id, checkpoint_ns, parent_checkpoint_id, checkpoint_id, run_id, attempt)
 VALUES (%(thread_id)s, %(checkpoint_ns)s, %(checkpoint_id)s, 'refused:' || %(attempt)s, %(run_id)s, %(attempt)s)
 ON CONFLICT (thread_id, checkpoint_ns, parent_checkpoint_id) DO NOTHING
+
+-- name: guarded_writes
+-- Pending writes of one task in ONE statement, fenced: refused (by lgd_refuse_writes,
+-- called only when the checkpoint already has a child) if another attempt has continued
+-- the checkpoint. {conflict} is the ON CONFLICT clause of upsert_write / insert_write.
+INSERT INTO checkpoint_writes
+    (thread_id, checkpoint_ns, checkpoint_id, task_id, task_path, idx, channel, type, blob)
+SELECT %(thread_id)s, %(checkpoint_ns)s, %(checkpoint_id)s, %(task_id)s, %(task_path)s,
+       w.idx, w.channel, w.type, w.blob
+FROM unnest(%(idxs)s::int[], %(channels)s::text[], %(types)s::text[], %(blobs)s::bytea[])
+     AS w(idx, channel, type, blob)
+WHERE NOT EXISTS (
+    SELECT 1 FROM lgd_chain ch
+    WHERE ch.thread_id = %(thread_id)s AND ch.checkpoint_ns = %(checkpoint_ns)s
+      AND ch.parent_checkpoint_id = %(checkpoint_id)s
+      AND lgd_refuse_writes(ch.checkpoint_id, ch.run_id, ch.attempt, %(attempt)s::text,
+                            %(checkpoint_id)s, %(checkpoint_ns)s)
+)
+{conflict}
