@@ -23,7 +23,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from langgraph_deterministic.runner._context import RunSpec
+from langgraph_deterministic.runner._context import IN_OP, RunSpec
 
 
 class Crash(BaseException):
@@ -129,6 +129,7 @@ class FakeAttempt:
 
     async def _execute(self, idx: int) -> None:
         name, spec = self.specs[idx]
+        IN_OP.set(name)  # as the Restate backend does: ops may not nest
         self.store.executions[name] = self.store.executions.get(name, 0) + 1
         for _ in range(self.io_ticks(name)):
             await asyncio.sleep(0)

@@ -189,6 +189,21 @@ async def test_concurrent_ops_of_one_name_in_one_task_get_distinct_keys() -> Non
     assert len(set(names)) == 2 and all(n.split("#")[0].endswith(":dup") for n in names)
 
 
+async def test_a_durable_op_inside_a_durable_op_is_refused() -> None:
+    async def inner() -> str:
+        return await durable("inner", lambda: "inner")
+
+    async def node(state: S) -> S:
+        try:
+            await durable("outer", inner)
+        except NondeterminismError as exc:
+            return {"results": ["refused" if "inside durable op" in str(exc) else str(exc)]}
+        return {"results": ["allowed"]}
+
+    out = await runner_on(Store()).ainvoke(parallel({"n": node}).compile(), {})
+    assert out["results"] == ["refused"]
+
+
 def test_incompatible_langgraph_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
     real = importlib.metadata.version
 

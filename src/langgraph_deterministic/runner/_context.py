@@ -26,7 +26,7 @@ from typing import Any, TypeVar
 
 from langchain_core.runnables.config import var_child_runnable_config
 
-from ._ordering import OpScheduler
+from ._ordering import NondeterminismError, OpScheduler
 
 T = TypeVar("T")
 
@@ -60,6 +60,8 @@ class SleepSpec:
 
 _SCHEDULER: ContextVar[OpScheduler[Any] | None] = ContextVar("lgd_scheduler", default=None)
 _SCOPE: ContextVar[TaskScope | None] = ContextVar("lgd_task_scope", default=None)
+# Set while a journal executes an op's function: durable ops may not nest.
+IN_OP: ContextVar[str | None] = ContextVar("lgd_in_op", default=None)
 
 
 def current_scheduler() -> OpScheduler[Any] | None:
@@ -96,6 +98,14 @@ def request(spec: RunSpec | SleepSpec, name: str) -> asyncio.Future[Any] | None:
     sched = _SCHEDULER.get()
     if sched is None:
         return None
+    outer = IN_OP.get()
+    if outer is not None:
+        raise NondeterminismError(
+            f"durable op {name!r} was started inside durable op {outer!r}. The outer op's "
+            "result is journaled, so on replay its function does not run and the inner op "
+            "would never be asked for. Fix: call the inner op from the node, next to the "
+            "outer one, not from inside its function."
+        )
     return sched.request(op_key(name), spec)
 
 

@@ -28,7 +28,7 @@ from typing import Any, cast
 
 from langgraph_deterministic.errors import ConfigurationError, DeterministicError
 
-from ._context import RunSpec, current_scheduler, request
+from ._context import IN_OP, RunSpec, current_scheduler, request
 from ._ordering import NondeterminismError, OpScheduler
 
 SUPPORTED_RESTATE = ">=1.3,<1.4"
@@ -74,6 +74,34 @@ def _check_restate(ctx: Any) -> None:
         )
 
 
+def _terminal_on_misuse(fn: Any) -> Any:
+    """Make our own misuse errors raised inside an op terminal for Restate (no retries)."""
+    import functools
+    import inspect
+
+    from restate.exceptions import TerminalError
+
+    if inspect.iscoroutinefunction(fn):
+
+        @functools.wraps(fn)
+        async def guarded_async(*args: Any, **kwargs: Any) -> Any:
+            try:
+                return await fn(*args, **kwargs)
+            except DeterministicError as exc:
+                raise TerminalError(f"{type(exc).__name__}: {exc}", 500) from exc
+
+        return guarded_async
+
+    @functools.wraps(fn)
+    def guarded(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except DeterministicError as exc:
+            raise TerminalError(f"{type(exc).__name__}: {exc}", 500) from exc
+
+    return guarded
+
+
 class _RestateBackend:
     """:class:`JournalBackend` over one ``ServerInvocationContext``."""
 
@@ -83,6 +111,7 @@ class _RestateBackend:
         self._ctx = ctx
         self._real_run_typed = sc.ServerInvocationContext.run_typed
         self._futs: dict[int, Any] = {}
+        self._names: dict[int, str] = {}
         # Handles whose result is already in the journal (a replayed run with its
         # completion): during replay, asking the VM for them cannot fail.
         self._journaled: set[int] = set()
@@ -101,11 +130,13 @@ class _RestateBackend:
         fut: Any
         if isinstance(spec, RunSpec):
             options = spec.options if spec.options is not None else RunOptions()
-            fut = self._real_run_typed(ctx, key, spec.fn, options, *spec.args, **spec.kwargs)
+            fn = _terminal_on_misuse(spec.fn)
+            fut = self._real_run_typed(ctx, key, fn, options, *spec.args, **spec.kwargs)
         else:  # pragma: no cover
             raise TypeError(f"unknown durable op spec {spec!r}")
         handle = int(fut.handle)
         self._futs[handle] = fut
+        self._names[handle] = key
         self._note_replayed(handle)
         origin = getattr(spec, "context", None)
         if isinstance(origin, contextvars.Context):
@@ -141,6 +172,7 @@ class _RestateBackend:
     async def take(self, handle: int) -> Any:
         fut = self._futs.pop(handle)
         self._contexts.pop(handle, None)
+        self._names.pop(handle, None)
         self._journaled.discard(handle)
         return await fut
 
@@ -179,7 +211,10 @@ class _RestateBackend:
                 action = ctx.run_coros_to_execute.pop(progress.handle)
                 origin = self._contexts.get(progress.handle)
 
-                async def execute(action: Any = action) -> None:
+                name = self._names.get(progress.handle, "?")
+
+                async def execute(action: Any = action, name: str = name) -> None:
+                    IN_OP.set(name)
                     try:
                         await action()
                     finally:
