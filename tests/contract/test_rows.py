@@ -471,3 +471,20 @@ def test_contract_adds_no_round_trip_to_writes_or_reads(db: str) -> None:
         assert len(batches) == sum(calls.values())
         # Every write carries its guard (the contract is on), in that same round trip.
         assert batches.count("guarded") >= calls["put"] + calls["put_writes"]
+
+
+def test_a_checkpoint_id_sorting_before_its_parent_is_refused(
+    db: str, saver: DeterministicSaver
+) -> None:
+    """LangGraph loads the greatest checkpoint id: a writer whose clock is behind would
+    store a checkpoint nobody ever loads. It is refused, naming the clock."""
+    graph = build_pipeline(db).compile(checkpointer=saver)
+    graph.invoke(ask("q"), run_config("clock", "A"))
+    head = saver.get_tuple(plain("clock"))
+    assert head is not None
+    config: RunnableConfig = {**head.config, "metadata": {"run_id": "A"}}
+    behind = {**head.checkpoint, "id": "00000000-0000-6000-8000-000000000000"}
+    before = rows(db, "clock")
+    with pytest.raises(ConfigurationError, match="clock"):
+        saver.put(config, behind, {"source": "loop", "step": 50}, {})  # type: ignore[arg-type, typeddict-item]
+    assert rows(db, "clock") == before

@@ -589,8 +589,9 @@ class RunRecord:
     node, or crashed -- ``graph.get_state`` tells which), ``interrupted`` (stopped at an
     interrupt), ``done`` (a later run started after it had finished) or ``superseded`` (a
     later run moved the thread on before it finished). ``last_checkpoint`` is the
-    checkpoint it wrote last: its final state once finished. ``attempts`` counts the
-    graph calls that wrote for it (retries included).
+    checkpoint it wrote last: its final state once finished (for a ``running`` run, its
+    newest root checkpoint at the time of the read). ``attempts`` counts the graph calls
+    that wrote for it (retries included).
     """
 
     thread_id: str
