@@ -66,6 +66,7 @@ if __package__ in (None, ""):  # run as a script: make `harness` and the src/ la
         Timer,
         WorkloadResult,
         format_table,
+        process_cpu_s,
         side_order,
         to_json,
     )
@@ -77,6 +78,7 @@ else:
         Timer,
         WorkloadResult,
         format_table,
+        process_cpu_s,
         side_order,
         to_json,
     )
@@ -241,6 +243,10 @@ class Side:
     async_graph_saver: BaseCheckpointSaver[Any]
     sync_graph: Any = None
     async_graph: Any = None
+    backend_pids: tuple[int, ...] = ()  # Postgres processes serving this side's pools
+
+    def server_cpu(self) -> float | None:
+        return process_cpu_s(self.backend_pids)
 
 
 @dataclass
@@ -284,7 +290,32 @@ async def open_sides(ours_dsn: str, peer_dsn: str, pool_size: int, policy: str) 
     for side in (ours, peer):
         side.sync_graph = build_graph(False).compile(checkpointer=side.sync_graph_saver)
         side.async_graph = build_graph(True).compile(checkpointer=side.async_graph_saver)
+    ours.backend_pids = await _backend_pids(o_sync, o_async, pool_size)
+    peer.backend_pids = await _backend_pids(p_sync, p_async, pool_size)
     return Env({"ours": ours, "peer": peer}, [o_sync, p_sync, o_async, p_async])
+
+
+async def _backend_pids(
+    sync_pool: ConnectionPool[Any], async_pool: AsyncConnectionPool[Any], size: int
+) -> tuple[int, ...]:
+    """The server processes behind every connection of both pools (min_size == max_size,
+    so the set stays the same unless a connection breaks)."""
+
+    def sync_pids() -> list[int]:
+        conns = [sync_pool.getconn() for _ in range(size)]
+        try:
+            return [c.info.backend_pid for c in conns]
+        finally:
+            for c in conns:
+                sync_pool.putconn(c)
+
+    aconns = [await async_pool.getconn() for _ in range(size)]
+    try:
+        apids = [c.info.backend_pid for c in aconns]
+    finally:
+        for c in aconns:
+            await async_pool.putconn(c)
+    return tuple(await asyncio.to_thread(sync_pids)) + tuple(apids)
 
 
 async def close_env(env: Env) -> None:
@@ -329,7 +360,7 @@ class Workload:
 
 
 async def graph_async(side: Side, ops: int, tag: str) -> Sample:
-    timer = Timer()
+    timer = Timer(side.server_cpu)
     for _ in range(ops):
         with timer.op():
             out = await side.async_graph.ainvoke(
@@ -340,7 +371,7 @@ async def graph_async(side: Side, ops: int, tag: str) -> Sample:
 
 
 def graph_sync(side: Side, ops: int, tag: str) -> Sample:
-    timer = Timer()
+    timer = Timer(side.server_cpu)
     for _ in range(ops):
         with timer.op():
             out = side.sync_graph.invoke(graph_input(), graph_config(side.name), durability="sync")
@@ -370,7 +401,7 @@ async def put_async(side: Side, ops: int, tag: str) -> Sample:
     saver = side.async_saver
     inputs = _put_inputs(saver, ops)
     config = thread_config(f"{side.name}-put-{tag}")
-    timer = Timer()
+    timer = Timer(side.server_cpu)
     for ckpt, meta, versions in inputs:
         with timer.op():
             config = await saver.aput(config, ckpt, meta, versions)  # type: ignore[arg-type]
@@ -381,7 +412,7 @@ def put_sync(side: Side, ops: int, tag: str) -> Sample:
     saver = side.sync_saver
     inputs = _put_inputs(saver, ops)
     config = thread_config(f"{side.name}-put-{tag}")
-    timer = Timer()
+    timer = Timer(side.server_cpu)
     for ckpt, meta, versions in inputs:
         with timer.op():
             config = saver.put(config, ckpt, meta, versions)  # type: ignore[arg-type]
@@ -400,7 +431,7 @@ async def put_writes_async(side: Side, ops: int, tag: str) -> Sample:
     ((ckpt, meta, versions),) = _put_inputs(saver, 1)
     config = await saver.aput(thread_config(f"{side.name}-pw-{tag}"), ckpt, meta, versions)  # type: ignore[arg-type]
     writes = _writes()
-    timer = Timer()
+    timer = Timer(side.server_cpu)
     for i in range(ops):
         with timer.op():
             await saver.aput_writes(config, writes, f"task-{i}", "~__pregel_pull, n2")
@@ -412,7 +443,7 @@ def put_writes_sync(side: Side, ops: int, tag: str) -> Sample:
     ((ckpt, meta, versions),) = _put_inputs(saver, 1)
     config = saver.put(thread_config(f"{side.name}-pw-{tag}"), ckpt, meta, versions)  # type: ignore[arg-type]
     writes = _writes()
-    timer = Timer()
+    timer = Timer(side.server_cpu)
     for i in range(ops):
         with timer.op():
             saver.put_writes(config, writes, f"task-{i}", "~__pregel_pull, n2")
@@ -437,7 +468,7 @@ def fill_thread(saver: BaseCheckpointSaver[Any], thread_id: str, n: int) -> None
 
 async def get_tuple_async(side: Side, ops: int, tag: str) -> Sample:
     saver, config = side.async_saver, thread_config(f"{side.name}-read")
-    timer = Timer()
+    timer = Timer(side.server_cpu)
     for _ in range(ops):
         with timer.op():
             found = await saver.aget_tuple(config)
@@ -447,7 +478,7 @@ async def get_tuple_async(side: Side, ops: int, tag: str) -> Sample:
 
 def get_tuple_sync(side: Side, ops: int, tag: str) -> Sample:
     saver, config = side.sync_saver, thread_config(f"{side.name}-read")
-    timer = Timer()
+    timer = Timer(side.server_cpu)
     for _ in range(ops):
         with timer.op():
             found = saver.get_tuple(config)
@@ -457,7 +488,7 @@ def get_tuple_sync(side: Side, ops: int, tag: str) -> Sample:
 
 async def list100_async(side: Side, ops: int, tag: str) -> Sample:
     saver, config = side.async_saver, thread_config(f"{side.name}-list")
-    timer = Timer()
+    timer = Timer(side.server_cpu)
     for _ in range(ops):
         with timer.op():
             got = [t async for t in saver.alist(config, limit=LIST_LIMIT)]
@@ -467,7 +498,7 @@ async def list100_async(side: Side, ops: int, tag: str) -> Sample:
 
 def list100_sync(side: Side, ops: int, tag: str) -> Sample:
     saver, config = side.sync_saver, thread_config(f"{side.name}-list")
-    timer = Timer()
+    timer = Timer(side.server_cpu)
     for _ in range(ops):
         with timer.op():
             got = list(saver.list(config, limit=LIST_LIMIT))
@@ -484,7 +515,7 @@ async def concurrent_put8_async(side: Side, ops: int, tag: str) -> Sample:
     saver = side.async_saver
     per_task = max(1, ops // CONCURRENCY)
     inputs = [_put_inputs(saver, per_task) for _ in range(CONCURRENCY)]
-    timer = Timer()
+    timer = Timer(side.server_cpu)
 
     async def one(k: int) -> None:
         config = thread_config(f"{side.name}-c8-{tag}-{k}")

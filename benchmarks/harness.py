@@ -15,6 +15,7 @@ from __future__ import annotations
 import cProfile
 import json
 import math
+import os
 import statistics
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -33,17 +34,33 @@ class Sample:
     ops: int
     seconds: float
     latencies: list[float]  # seconds, one per operation
+    client_cpu_s: float = 0.0  # this process's CPU time over the batch (all threads)
+    server_cpu_s: float | None = None  # CPU of the side's Postgres backends, when local
 
     @property
     def ops_per_s(self) -> float:
         return self.ops / self.seconds if self.seconds > 0 else math.inf
 
+    @property
+    def cpu_ms_per_op(self) -> float | None:
+        """Client + server CPU per operation: unlike wall time, hardly moved by what
+        else the machine runs. None when the server's CPU cannot be read."""
+        if self.server_cpu_s is None:
+            return None
+        return (self.client_cpu_s + self.server_cpu_s) * 1e3 / max(1, self.ops)
+
 
 class Timer:
-    """Collects per-operation latencies of a batch; ``sample()`` closes it."""
+    """Collects per-operation latencies of a batch; ``sample()`` closes it.
 
-    def __init__(self) -> None:
+    ``server_cpu`` returns the CPU seconds used so far by the Postgres backends serving
+    the measured side (or None when they are not on this machine)."""
+
+    def __init__(self, server_cpu: Callable[[], float | None] | None = None) -> None:
         self.latencies: list[float] = []
+        self._server_cpu = server_cpu
+        self._server0 = server_cpu() if server_cpu is not None else None
+        self._cpu0 = time.process_time()
         self._start = time.perf_counter()
 
     @contextmanager
@@ -57,7 +74,26 @@ class Timer:
 
     def sample(self, ops: int | None = None) -> Sample:
         elapsed = time.perf_counter() - self._start
-        return Sample(ops if ops is not None else len(self.latencies), elapsed, self.latencies)
+        cpu = time.process_time() - self._cpu0
+        server = None
+        if self._server_cpu is not None and self._server0 is not None:
+            now = self._server_cpu()
+            server = now - self._server0 if now is not None else None
+        n = ops if ops is not None else len(self.latencies)
+        return Sample(n, elapsed, self.latencies, cpu, server)
+
+
+def process_cpu_s(pids: Sequence[int]) -> float | None:
+    """Summed user + system CPU seconds of local processes (Linux /proc), else None."""
+    total = 0.0
+    tick = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+    for pid in pids:
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            return None
+        total += (int(fields[11]) + int(fields[12])) / tick
+    return total
 
 
 def percentile(values: Sequence[float], q: float) -> float:
@@ -74,16 +110,19 @@ class Summary:
     p95_ms: float
     rounds: int
     ops: int
+    cpu_ms_per_op: float | None  # median over rounds of client + server CPU per operation
 
     @classmethod
     def of(cls, samples: Sequence[Sample]) -> Summary:
         lat = [x for s in samples for x in s.latencies]
+        cpu = [c for s in samples if (c := s.cpu_ms_per_op) is not None]
         return cls(
             ops_per_s=statistics.median(s.ops_per_s for s in samples),
             p50_ms=percentile(lat, 50) * 1e3,
             p95_ms=percentile(lat, 95) * 1e3,
             rounds=len(samples),
             ops=sum(s.ops for s in samples),
+            cpu_ms_per_op=statistics.median(cpu) if len(cpu) == len(samples) else None,
         )
 
 
@@ -117,6 +156,12 @@ class WorkloadResult:
             for o, p in zip(self.samples["ours"], self.samples["peer"], strict=False)
         ]
 
+    @property
+    def cpu_ratio(self) -> float | None:
+        """Peer CPU per op / ours (higher is better for us), from the medians."""
+        o, p = self.summary("ours").cpu_ms_per_op, self.summary("peer").cpu_ms_per_op
+        return p / o if o and p else None
+
     def status(self) -> str:
         return "ok" if self.ratio >= self.target else "BELOW"
 
@@ -130,7 +175,7 @@ def format_table(results: Sequence[WorkloadResult]) -> str:
     header = (
         f"{'workload':<22} {'ours ops/s':>11} {'peer ops/s':>11} {'ratio':>7} "
         f"{'rounds min-max':>15} {'ours p50/p95 ms':>16} {'peer p50/p95 ms':>16} "
-        f"{'target':>7}  status"
+        f"{'target':>7}  status  {'cpu ms/op ours/peer':>20} {'cpu ratio':>9}"
     )
     lines = [header, "-" * len(header)]
     for r in results:
@@ -142,9 +187,16 @@ def format_table(results: Sequence[WorkloadResult]) -> str:
             f"{r.name:<22} {o.ops_per_s:>11.1f} {p.ops_per_s:>11.1f} {r.ratio:>6.2f}x "
             f"{f'{min(rr):.2f}-{max(rr):.2f}x':>15} "
             f"{f'{o.p50_ms:.2f}/{o.p95_ms:.2f}':>16} {f'{p.p50_ms:.2f}/{p.p95_ms:.2f}':>16} "
-            f"{f'>={r.target:.1f}x':>7}  {r.status()}"
+            f"{f'>={r.target:.1f}x':>7}  {r.status():<6}  {_cpu_cell(o, p):>20} "
+            f"{f'{r.cpu_ratio:.2f}x' if r.cpu_ratio else 'n/a':>9}"
         )
     return "\n".join(lines)
+
+
+def _cpu_cell(o: Summary, p: Summary) -> str:
+    if o.cpu_ms_per_op is None or p.cpu_ms_per_op is None:
+        return "n/a"
+    return f"{o.cpu_ms_per_op:.2f}/{p.cpu_ms_per_op:.2f}"
 
 
 def to_json(results: Sequence[WorkloadResult], meta: dict[str, Any]) -> str:
@@ -157,6 +209,7 @@ def to_json(results: Sequence[WorkloadResult], meta: dict[str, Any]) -> str:
             "target": r.target,
             "ratio": r.ratio,
             "ratio_of_medians": r.ratio_of_medians,
+            "cpu_ratio": r.cpu_ratio,
             "round_ratios": r.round_ratios(),
             "status": r.status(),
             **{side: asdict(r.summary(side)) for side in SIDES},
