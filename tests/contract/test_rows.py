@@ -163,6 +163,17 @@ def test_top_level_run_id_alone_is_refused(db: str, saver: DeterministicSaver) -
     assert out["messages"][-1].content.startswith("report of")
 
 
+def test_top_level_run_id_alone_is_never_silently_ignored_under_warn(
+    db: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.WARNING, logger="langgraph_deterministic")
+    with DeterministicSaver(db, run_id_policy="warn") as saver:
+        graph = build_pipeline(db).compile(checkpointer=saver)
+        config: RunnableConfig = {"configurable": {"thread_id": "top-warn"}, "run_id": uuid.uuid4()}
+        graph.invoke(ask("q"), config)
+    assert any("tracing id" in r.getMessage() for r in caplog.records)
+
+
 def test_run_config_rejects_bad_arguments() -> None:
     with pytest.raises(RunIdRequiredError):
         run_config("t", "")
@@ -362,7 +373,7 @@ def test_a_checkpoint_can_be_continued_only_once(db: str, saver: DeterministicSa
         "configurable": {**parent.config["configurable"], "__lgd_attempt": "zombie-attempt"},
         "metadata": {"run_id": "A"},
     }
-    zombie_cp = {**parent.checkpoint, "id": str(uuid.uuid4())}
+    zombie_cp = {**parent.checkpoint, "id": f"1fffffff-ffff-6fff-bfff-{uuid.uuid4().hex[:12]}"}
     before = rows(db, "fence")
     with pytest.raises(ConcurrentRunError, match="already been continued"):
         saver.put(stale_config, zombie_cp, {"source": "loop", "step": 99}, {})  # type: ignore[arg-type, typeddict-item]

@@ -263,6 +263,8 @@ class CallInfo:
     addressed: bool
     #: whether the config carries the RunInputRecorder of run_config
     recorded: bool = False
+    #: the top-level config["run_id"] (LangChain's tracing id) when it is the only run id
+    tracing_id: Any = None
 
     @property
     def root(self) -> bool:
@@ -334,16 +336,6 @@ class RunContract:
             return CallInfo(thread_id, checkpoint_ns, run_id, raw, in_graph_run, None, None,
                             bool(configurable.get("checkpoint_id")))  # fmt: skip
         run_id, raw = _run_id_of(config)
-        if run_id is None and config.get("run_id") is not None:
-            # The callbacks' run id: LangGraph neither compares nor stores it, so a retry
-            # carrying only this id would re-apply its input. Refuse rather than ignore.
-            raise RunIdRequiredError(
-                f'The config has only a top-level config["run_id"] ({config.get("run_id")}), '
-                "which is LangChain's tracing id: LangGraph never stores it, so a retry "
-                "would re-apply its input. Pass the run id as metadata.run_id: "
-                "run_config(thread_id, run_id) does it (keep config['run_id'] for tracing "
-                "if you like)."
-            )
         recorder = find_recorder(config)
         attempt = configurable.get(ATTEMPT_KEY)
         return CallInfo(
@@ -356,6 +348,9 @@ class RunContract:
             attempt=str(attempt) if attempt is not None else None,
             addressed=bool(configurable.get("checkpoint_id")),
             recorded=recorder is not None,
+            # The callbacks' run id: LangGraph neither compares nor stores it, so a retry
+            # carrying only this id would re-apply its input (see require_run_id).
+            tracing_id=config.get("run_id") if run_id is None else None,
         )
 
     # -- policy --------------------------------------------------------------------
@@ -363,6 +358,18 @@ class RunContract:
     def require_run_id(self, info: CallInfo, what: str) -> None:
         """Raise or warn, per policy, when a write (or a graph run) has no run id."""
         if info.run_id is not None or not self.enforced:
+            return
+        if info.tracing_id is not None:
+            message = (
+                f'{what} on thread {info.thread_id!r} has only a top-level config["run_id"] '
+                f"({info.tracing_id}), which is LangChain's tracing id: LangGraph never "
+                "compares or stores it, so a retry would re-apply its input. Pass the run "
+                "id as metadata.run_id: run_config(thread_id, run_id) does it (keep "
+                "config['run_id'] for tracing if you like)."
+            )
+            if self.policy == "require":
+                raise RunIdRequiredError(message + " Nothing was run or written.")
+            self._warn_once(info.thread_id, message)
             return
         if self.policy == "require":
             raise RunIdRequiredError(
@@ -458,6 +465,16 @@ class RunContract:
             "now; saver.get_run(thread_id, run_id) shows what it had done."
         )
 
+    def _warn_once(self, thread_id: str, message: str) -> None:
+        with self._warned_lock:
+            key = f"{thread_id}\x00{message[:40]}"
+            if key in self._warned:
+                return
+            if len(self._warned) > 100_000:
+                self._warned.clear()
+            self._warned.add(key)
+        logger.warning("langgraph-deterministic: %s (Logged once per thread.)", message)
+
     def _require_recorder(self, info: CallInfo) -> None:
         message = (
             f"The graph run {info.run_id!r} on thread {info.thread_id!r} has a run id but its "
@@ -469,12 +486,7 @@ class RunContract:
         )
         if self.policy == "require":
             raise RunIdRequiredError(message + " Nothing was run or written.")
-        with self._warned_lock:
-            key = f"recorder:{info.thread_id}"
-            if key in self._warned:
-                return
-            self._warned.add(key)
-        logger.warning("langgraph-deterministic: %s (Logged once per thread.)", message)
+        self._warn_once(info.thread_id, message)
 
     def _check_same_input(self, info: CallInfo, stored: str | None) -> None:
         if info.fingerprint and stored and info.fingerprint != stored:
