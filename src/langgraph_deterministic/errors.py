@@ -33,19 +33,28 @@ class IncompatibleLangGraphError(DeterministicError, ImportError):
 
 
 class RunIdRequiredError(DeterministicError):
-    """A checkpoint write carried no ``metadata.run_id`` under run_id_policy="require"."""
+    """A graph run or checkpoint write carried no usable run id under
+    run_id_policy="require": none at all, only the top-level ``config["run_id"]`` (LangChain's
+    tracing id), a type other than str/UUID, or a config not built by ``run_config`` (so its
+    input cannot be fingerprinted). Fix: ``run_config(thread_id, run_id)``."""
 
 
 class RunInputMismatchError(DeterministicError):
-    """A retry reused a run_id with an input different from the one it first ran with."""
+    """A call reused a run_id with an input different from the one the run first had.
+    Nothing was run or written. Fix: a new run_id for new work, the original input for a
+    retry."""
 
 
 class RunSupersededError(DeterministicError):
-    """A late retry of a run arrived after a later run had moved the thread on."""
+    """A retry arrived too late to be applied: a later run had moved the thread on before
+    this run finished, or this run's Command(resume/update/goto) was already applied (a
+    duplicate delivery). Nothing was run or written."""
 
 
 class ConcurrentRunError(DeterministicError):
-    """Another attempt of the same run (or another run) owns the thread right now."""
+    """Another attempt of the same run (a zombie, or a retry racing it), or another run,
+    continued the thread's checkpoint first. This attempt's write was not stored; stop the
+    attempt. Postgres decides, so this holds across processes and machines."""
 
 
 __all__ = [
