@@ -421,12 +421,6 @@ def put(
             type_, blob = codec.dumps(f"channel {channel!r}", value)
             blob_rows.append((thread_id, ns, channel, str(new_versions[channel]), type_, blob))
     statements = []
-    guard = contract.guard_put(info, parent_id, checkpoint, metadata)
-    if guard is not None:
-        # First in the transaction: claim the parent's one child slot (fencing) and keep
-        # the run ledger. Pipelined with the rest: no extra round trip.
-        guard["versions_seen"] = Jsonb(guard["versions_seen"])
-        statements.append(Statement(queries()["guard_put"], guard))
     if blob_rows:
         statements.append(Statement(queries()["upsert_blob"], blob_rows, many=True))
     statements.append(
@@ -442,6 +436,11 @@ def put(
             ),
         )
     )
+    guard = contract.guard_put(info, parent_id, checkpoint["id"])
+    if guard is not None:
+        # Claim the parent's one child slot (fencing) and keep the run ledger, in the same
+        # transaction and pipeline (no extra round trip); a refusal rolls it all back.
+        statements.append(Statement(queries()["guard_put"], guard))
     try:
         yield Batch.write(*statements)
     except Exception as exc:
@@ -492,21 +491,9 @@ def put_writes(
     else:
         if guard["command"] or guard["interrupted"]:
             statements.append(Statement(queries()["guard_writes"], guard))
-        if special:  # one row per idx, the last one winning (as upserting one by one)
-            rows = list({r[5]: r for r in rows}.values())
+        fence = (thread_id, ns, checkpoint_id, guard["attempt"], checkpoint_id, ns)
         statements.append(
-            Statement(
-                _guarded_writes_sql(special),
-                {
-                    **guard,
-                    "task_id": task_id,
-                    "task_path": task_path,
-                    "idxs": [r[5] for r in rows],
-                    "channels": [r[6] for r in rows],
-                    "types": [r[7] for r in rows],
-                    "blobs": [r[8] for r in rows],
-                },
-            )
+            Statement(_guarded_writes_sql(special), [r + fence for r in rows], many=True)
         )
     try:
         yield Batch.write(*statements)

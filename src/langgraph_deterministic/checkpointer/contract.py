@@ -43,7 +43,6 @@ from langchain_core.callbacks import BaseCallbackHandler
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import (
     EXCLUDED_METADATA_KEYS,
-    Checkpoint,
     CheckpointMetadata,
     CheckpointTuple,
 )
@@ -534,32 +533,21 @@ class RunContract:
         return stored
 
     def guard_put(
-        self,
-        info: CallInfo,
-        parent_id: str | None,
-        checkpoint: Checkpoint,
-        metadata: CheckpointMetadata,
-    ) -> dict[str, Any] | None:
-        """Parameters of ``lgd_guard_put`` for this checkpoint write, or None (policy off)."""
+        self, info: CallInfo, parent_id: str | None, checkpoint_id: str
+    ) -> tuple[Any, ...] | None:
+        """Arguments of ``lgd_guard_put`` for this checkpoint write, or None (policy off)."""
         if not self.enforced:
             return None
-        versions = checkpoint.get("channel_versions") or {}
-        tasks_version = versions.get(TASKS)
-        return {
-            "thread_id": info.thread_id,
-            "checkpoint_ns": info.checkpoint_ns,
-            "parent_id": parent_id or "",
-            "checkpoint_id": checkpoint["id"],
-            "run_id": info.run_id,
-            "attempt": info.attempt,
-            "ledger": info.root and info.run_id is not None,
-            "fingerprint": info.fingerprint,
-            "source": str(metadata.get("source") or ""),
-            "versions_seen": {
-                k: v for k, v in (checkpoint.get("versions_seen") or {}).items() if k != INTERRUPT
-            },
-            "tasks_version": None if tasks_version is None else str(tasks_version),
-        }
+        return (
+            info.thread_id,
+            info.checkpoint_ns,
+            parent_id or "",
+            checkpoint_id,
+            info.run_id,
+            info.attempt,
+            info.root and info.run_id is not None,
+            info.fingerprint,
+        )
 
     def guard_writes(
         self, info: CallInfo, checkpoint_id: str, task_id: str, channels: Iterable[str]

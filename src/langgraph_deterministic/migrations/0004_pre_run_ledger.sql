@@ -40,18 +40,20 @@ CREATE TABLE IF NOT EXISTS lgd_chain (
 -- New, empty table: a plain index build here is instant and blocks nobody.
 CREATE INDEX IF NOT EXISTS lgd_chain_child_idx ON lgd_chain (thread_id, checkpoint_ns, checkpoint_id);
 
--- Called first in the transaction of every checkpoint write (policy require/warn).
+-- Called in the transaction of every checkpoint write (policy require/warn), after the
+-- checkpoint row is inserted (a failure rolls everything back).
 -- Claims the parent's one child slot or raises LG409; for a root-namespace write of a
 -- run, records the run in the ledger and closes the previous run (done or superseded).
 CREATE OR REPLACE FUNCTION lgd_guard_put(
     p_thread TEXT, p_ns TEXT, p_parent TEXT, p_child TEXT, p_run TEXT, p_attempt TEXT,
-    p_ledger BOOLEAN, p_fingerprint TEXT, p_source TEXT, p_versions_seen JSONB,
-    p_tasks_version TEXT
+    p_ledger BOOLEAN, p_fingerprint TEXT
 ) RETURNS void LANGUAGE plpgsql AS $$
 DECLARE
     taken lgd_chain;
     parent_run TEXT;
     parent_cp JSONB;
+    child_cp JSONB;
+    child_source TEXT;
 BEGIN
     -- LangGraph's "latest checkpoint" is the greatest id: a child that sorts before its
     -- parent (a writer whose clock is behind) would be stored but never loaded.
@@ -94,14 +96,20 @@ BEGIN
             WHERE c.thread_id = p_thread AND c.checkpoint_ns = '' AND c.checkpoint_id = p_parent;
         END IF;
         IF parent_run IS NOT NULL AND parent_run <> p_run THEN
+            -- The new checkpoint was inserted earlier in this transaction.
+            SELECT c.checkpoint, c.metadata ->> 'source' INTO child_cp, child_source
+            FROM checkpoints c
+            WHERE c.thread_id = p_thread AND c.checkpoint_ns = '' AND c.checkpoint_id = p_child;
             -- LangGraph discards the unfinished tasks of the previous run when a new
             -- input arrives, which changes versions_seen (or clears pending Sends): equal
             -- means nothing was left to do, i.e. the previous run had finished.
             UPDATE lgd_runs SET
                 status = CASE
-                    WHEN p_source = 'input'
-                     AND (parent_cp -> 'versions_seen') - '__interrupt__' = p_versions_seen
-                     AND (parent_cp -> 'channel_versions' ->> '__pregel_tasks') IS NOT DISTINCT FROM p_tasks_version
+                    WHEN child_source = 'input'
+                     AND (parent_cp -> 'versions_seen') - '__interrupt__'
+                         = (child_cp -> 'versions_seen') - '__interrupt__'
+                     AND (parent_cp -> 'channel_versions' ->> '__pregel_tasks')
+                         IS NOT DISTINCT FROM (child_cp -> 'channel_versions' ->> '__pregel_tasks')
                     THEN 'done' ELSE 'superseded' END,
                 superseded_by = p_run,
                 last_checkpoint_id = p_parent,

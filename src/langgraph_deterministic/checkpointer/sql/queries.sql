@@ -292,10 +292,7 @@ LEFT JOIN LATERAL (
 WHERE r.thread_id = %(thread_id)s AND r.run_id = %(run_id)s
 
 -- name: guard_put
-SELECT lgd_guard_put(
-    %(thread_id)s, %(checkpoint_ns)s, %(parent_id)s, %(checkpoint_id)s, %(run_id)s,
-    %(attempt)s, %(ledger)s, %(fingerprint)s, %(source)s, %(versions_seen)s,
-    %(tasks_version)s)
+SELECT lgd_guard_put(%s, %s, %s, %s, %s, %s::text, %s, %s::text)
 
 -- name: guard_writes
 SELECT lgd_guard_writes(
@@ -310,20 +307,15 @@ VALUES (%(thread_id)s, %(checkpoint_ns)s, %(checkpoint_id)s, 'refused:' || %(att
 ON CONFLICT (thread_id, checkpoint_ns, parent_checkpoint_id) DO NOTHING
 
 -- name: guarded_writes
--- Pending writes of one task in ONE statement, fenced: refused (by lgd_refuse_writes,
--- called only when the checkpoint already has a child) if another attempt has continued
--- the checkpoint. {conflict} is the ON CONFLICT clause of upsert_write / insert_write.
+-- One pending write, fenced: refused (by lgd_refuse_writes, called only when the checkpoint
+-- already has a child) if another attempt has continued the checkpoint. The conflict
+-- placeholder below becomes the ON CONFLICT clause of upsert_write / insert_write.
 INSERT INTO checkpoint_writes
     (thread_id, checkpoint_ns, checkpoint_id, task_id, task_path, idx, channel, type, blob)
-SELECT %(thread_id)s, %(checkpoint_ns)s, %(checkpoint_id)s, %(task_id)s, %(task_path)s,
-       w.idx, w.channel, w.type, w.blob
-FROM unnest(%(idxs)s::int[], %(channels)s::text[], %(types)s::text[], %(blobs)s::bytea[])
-     AS w(idx, channel, type, blob)
+SELECT %s, %s, %s, %s, %s, %s, %s, %s, %s
 WHERE NOT EXISTS (
     SELECT 1 FROM lgd_chain ch
-    WHERE ch.thread_id = %(thread_id)s AND ch.checkpoint_ns = %(checkpoint_ns)s
-      AND ch.parent_checkpoint_id = %(checkpoint_id)s
-      AND lgd_refuse_writes(ch.checkpoint_id, ch.run_id, ch.attempt, %(attempt)s::text,
-                            %(checkpoint_id)s, %(checkpoint_ns)s)
+    WHERE ch.thread_id = %s AND ch.checkpoint_ns = %s AND ch.parent_checkpoint_id = %s
+      AND lgd_refuse_writes(ch.checkpoint_id, ch.run_id, ch.attempt, %s::text, %s, %s)
 )
 {conflict}
