@@ -37,8 +37,6 @@ CREATE TABLE IF NOT EXISTS lgd_chain (
     attempt TEXT,
     PRIMARY KEY (thread_id, checkpoint_ns, parent_checkpoint_id)
 );
--- New, empty table: a plain index build here is instant and blocks nobody.
-CREATE INDEX IF NOT EXISTS lgd_chain_child_idx ON lgd_chain (thread_id, checkpoint_ns, checkpoint_id);
 
 -- Called in the transaction of every checkpoint write (policy require/warn), after the
 -- checkpoint row is inserted (a failure rolls everything back).
@@ -86,16 +84,13 @@ BEGIN
         RETURN;
     END IF;
     IF p_parent <> '' THEN
-        -- Who wrote the parent: our chain knows (cheap); a checkpoint another saver wrote
-        -- is looked up in the checkpoint row.
-        SELECT ch.run_id INTO parent_run FROM lgd_chain ch
-        WHERE ch.thread_id = p_thread AND ch.checkpoint_ns = '' AND ch.checkpoint_id = p_parent;
-        IF parent_run IS DISTINCT FROM p_run THEN
-            SELECT c.metadata ->> 'run_id', c.checkpoint INTO parent_run, parent_cp
-            FROM checkpoints c
-            WHERE c.thread_id = p_thread AND c.checkpoint_ns = '' AND c.checkpoint_id = p_parent;
-        END IF;
+        -- Who wrote the parent (its small metadata only: the checkpoint itself is read
+        -- only when the parent belongs to another run).
+        SELECT c.metadata ->> 'run_id' INTO parent_run FROM checkpoints c
+        WHERE c.thread_id = p_thread AND c.checkpoint_ns = '' AND c.checkpoint_id = p_parent;
         IF parent_run IS NOT NULL AND parent_run <> p_run THEN
+            SELECT c.checkpoint INTO parent_cp FROM checkpoints c
+            WHERE c.thread_id = p_thread AND c.checkpoint_ns = '' AND c.checkpoint_id = p_parent;
             -- The new checkpoint was inserted earlier in this transaction.
             SELECT c.checkpoint, c.metadata ->> 'source' INTO child_cp, child_source
             FROM checkpoints c
