@@ -189,7 +189,4 @@ class FakeJournal:
 
     @contextmanager
     def bind(self, scheduler: Any) -> Iterator[None]:
-        try:
-            yield
-        finally:
-            self.attempt.close()
+        yield

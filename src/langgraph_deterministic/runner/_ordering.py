@@ -89,6 +89,10 @@ class JournalBackend(Protocol[H]):
         """True if ``exc`` from :meth:`take` ends the attempt (suspension, protocol error)."""
         ...
 
+    def close(self) -> None:
+        """Release what the backend holds once the driver has stopped."""
+        ...
+
 
 @dataclass
 class _Request:

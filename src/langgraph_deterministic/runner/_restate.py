@@ -239,9 +239,10 @@ class _RestateBackend:
                 await asyncio.wait({self._recv, waker}, return_when=asyncio.FIRST_COMPLETED)
             finally:
                 waker.cancel()
-            if not self._recv.done():
+            recv = self._recv
+            if recv is None or not recv.done():
                 return  # a node asked for a new op; the read stays pending for next time
-            chunk = self._recv.result()
+            chunk = recv.result()
             self._recv = None
             kind = chunk.get("type")
             if kind == "restate.run_completed":
@@ -464,7 +465,6 @@ class RestateJournal:
 
     @contextmanager
     def bind(self, scheduler: OpScheduler[Any]) -> Iterator[None]:
-        backend = self._backend
         token = None
         if self._route:
             from restate import server_context as sc
@@ -482,8 +482,6 @@ class RestateJournal:
                 from restate import server_context as sc
 
                 sc._restate_context_var.reset(token)
-            if backend is not None:
-                backend.close()
 
 
 __all__ = ["SUPPORTED_RESTATE", "IncompatibleRestateError", "RestateJournal"]

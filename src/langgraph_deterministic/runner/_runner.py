@@ -209,9 +209,8 @@ class DeterministicRunner:
                 "DeterministicRunner runs cannot nest: a node is already running under one. "
                 "Fix: call the inner graph directly (subgraphs are ordered by the outer run)."
             )
-        scheduler: OpScheduler[Any] = OpScheduler(
-            self._journal.open_backend(), stall_timeout=self._stall_timeout
-        )
+        backend = self._journal.open_backend()
+        scheduler: OpScheduler[Any] = OpScheduler(backend, stall_timeout=self._stall_timeout)
         self.last_stats = scheduler.stats
         root = _SubmitScope("run")
         cfg: dict[str, Any] = dict(config or {})
@@ -239,6 +238,10 @@ class DeterministicRunner:
                 except BaseException as close_exc:
                     if close_exc is not failed:
                         raise close_exc from failed
+                finally:
+                    close = getattr(backend, "close", None)
+                    if callable(close):
+                        close()  # after the driver stopped: it may hold a pending read
                 if fatal is None and failed is None and scheduler.unfulfilled():
                     from ._ordering import NondeterminismError
 
