@@ -184,3 +184,18 @@ def test_a_write_batch_is_atomic_when_its_last_statement_fails(ready: str) -> No
         # The connection is usable afterwards and nothing of the batch was stored.
         assert saver.get_tuple(config) is None
     assert _counts(ready) == before
+
+
+def test_only_connection_failures_read_as_an_unreachable_server() -> None:
+    """A deadlock or serialization failure is an OperationalError too, but calling it
+    'cannot reach Postgres' would send the operator the wrong way and hide that the
+    operation may simply be retried."""
+    from langgraph_deterministic.checkpointer._core import translate_error
+
+    for transient in (
+        psycopg.errors.DeadlockDetected("deadlock detected"),
+        psycopg.errors.SerializationFailure("could not serialize access"),
+    ):
+        assert translate_error(transient) is transient
+    refused = psycopg.OperationalError("connection refused")
+    assert isinstance(translate_error(refused), DatabaseUnavailableError)

@@ -119,6 +119,17 @@ def queries() -> dict[str, str]:
     return blocks
 
 
+# SQLSTATE classes of a failure to reach or log in to the server. Other operational errors
+# (deadlocks, serialization failures, cancellations) are not about reachability and keep
+# their own type, so callers can retry them.
+_CONNECTION_SQLSTATES = ("08", "28", "3D000", "57P01", "57P02", "57P03")
+
+
+def _is_connection_failure(exc: psycopg.OperationalError) -> bool:
+    state = exc.sqlstate
+    return state is None or state.startswith(_CONNECTION_SQLSTATES)
+
+
 def translate_error(exc: BaseException) -> BaseException:
     """Map a psycopg error to ours where we can name the fix; else return it unchanged."""
     if isinstance(exc, DeterministicError):
@@ -129,7 +140,7 @@ def translate_error(exc: BaseException) -> BaseException:
             "Run `saver.setup()` (or `await saver.asetup()`, or the CLI "
             "`langgraph-deterministic migrate`) once against this database before use."
         )
-    if isinstance(exc, psycopg.OperationalError):
+    if isinstance(exc, psycopg.OperationalError) and _is_connection_failure(exc):
         return DatabaseUnavailableError(
             f"Could not reach Postgres: {str(exc).strip()}. Check that the server is "
             "running and that the DSN (host, port, user, password, dbname) is right."

@@ -30,10 +30,15 @@ from langgraph_deterministic.errors import ConfigurationError
 Phase = Literal["pre", "post", "all"]
 
 VERSION_TABLE = "langgraph_deterministic_migrations"
-# Session-level advisory lock: several processes calling setup() at once queue here.
+# Session-level advisory lock: several processes calling setup() at once take turns.
+# It is polled with pg_try_advisory_lock, never waited for inside a statement: CREATE
+# INDEX CONCURRENTLY waits for every open transaction to end, and a session blocked in
+# pg_advisory_lock() is one, held open by the very session building the index: a deadlock.
 ADVISORY_LOCK_KEY = 0x6C67645F6D6967  # "lgd_mig"
-LOCK_SQL = "SELECT pg_advisory_lock(%s)"
+TRY_LOCK_SQL = "SELECT pg_try_advisory_lock(%s)"
 UNLOCK_SQL = "SELECT pg_advisory_unlock(%s)"
+LOCK_POLL_SQL = "SELECT pg_sleep(0.05)"
+LOCK_WAIT_POLLS = 6000  # 5 minutes
 LOCK_TIMEOUT = "5s"
 
 _NAME = re.compile(r"^(\d{4})_(pre|post)_([a-z0-9_]+)\.sql$")
@@ -102,7 +107,7 @@ def applied_versions() -> Operation[set[int]]:
 def migrate(phase: Phase = "all") -> Operation[list[Migration]]:
     """Apply the pending migrations of ``phase``; return those applied.
 
-    The driver holds the advisory lock around this operation (see ``LOCK_SQL``).
+    The saver holds the advisory lock around this operation (see ``TRY_LOCK_SQL``).
     """
     if phase not in ("pre", "post", "all"):
         raise ConfigurationError(f"Unknown migration phase {phase!r}; use 'pre', 'post' or 'all'.")

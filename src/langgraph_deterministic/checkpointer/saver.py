@@ -529,9 +529,22 @@ def _locked(operation: Operation[list[_migrate.Migration]]) -> Operation[list[st
     """Hold the migrations' advisory lock around ``operation``. The lock is per session,
     so it must be released on the same connection even when a migration fails."""
     key = (_migrate.ADVISORY_LOCK_KEY,)
-    lock = Batch((_core.Statement(_migrate.LOCK_SQL, key, prepare=False),), pipeline=False)
+    try_lock = Batch(
+        (_core.Statement(_migrate.TRY_LOCK_SQL, key, fetch=True, prepare=False),), pipeline=False
+    )
+    pause = Batch((_core.Statement(_migrate.LOCK_POLL_SQL, prepare=False),), pipeline=False)
     unlock = Batch((_core.Statement(_migrate.UNLOCK_SQL, key, prepare=False),), pipeline=False)
-    yield lock
+    for _ in range(_migrate.LOCK_WAIT_POLLS):
+        (rows,) = yield try_lock
+        if rows and rows[0][0]:
+            break
+        yield pause
+    else:
+        raise ConfigurationError(
+            "Another process has been applying migrations for 5 minutes (it holds the "
+            "advisory lock). Wait for it, or look for a stuck `langgraph-deterministic "
+            "migrate` / setup() in pg_stat_activity."
+        )
     try:
         applied = yield from operation
     except GeneratorExit:
