@@ -50,6 +50,7 @@ def stress(n: int) -> None:
         "nested",
         "gather",
         "agent",
+        "agents",
         "combinators",
         "fanout_ctx",
         "naive",
