@@ -1,6 +1,7 @@
 """langgraph-deterministic: make LangGraph agents safe to retry and safe to replay."""
 
 from langgraph_deterministic.checkpointer import DeterministicSaver
+from langgraph_deterministic.checkpointer.contract import RunRecord
 from langgraph_deterministic.config import run_config
 from langgraph_deterministic.errors import (
     ConcurrentRunError,
@@ -14,18 +15,22 @@ from langgraph_deterministic.errors import (
     SchemaNotReadyError,
     SerializationError,
 )
+from langgraph_deterministic.runner import DeterministicRunner, durable
 
 __all__ = [
     "ConcurrentRunError",
     "ConfigurationError",
     "DatabaseUnavailableError",
     "DeterministicError",
+    "DeterministicRunner",
     "DeterministicSaver",
     "IncompatibleLangGraphError",
     "RunIdRequiredError",
     "RunInputMismatchError",
+    "RunRecord",
     "RunSupersededError",
     "SchemaNotReadyError",
     "SerializationError",
+    "durable",
     "run_config",
 ]
