@@ -90,3 +90,32 @@ def test_unknown_workload_is_rejected_with_the_valid_names() -> None:
     )
     assert done.returncode == 2
     assert "unknown workload" in done.stderr and "graph_async" in done.stderr
+
+
+COST = Path(__file__).resolve().parents[1] / "benchmarks" / "cost_breakdown.py"
+
+
+def test_cost_breakdown_counts_round_trips_and_statements(dsn: str) -> None:
+    """The protocol counts are exact (from a libpq trace), so they are asserted: one round
+    trip per saver call, and a graph run in no more round trips than the peer's."""
+    env = {**os.environ, "DATABASE_URL": dsn}
+    done = subprocess.run(
+        [sys.executable, str(COST), "--ops", "10", "--reps", "1"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=180,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    rows = {
+        (m.group(1), m.group(2)): (int(m.group(3)), int(m.group(4)))
+        for m in re.finditer(r"^(\w+)\s+(ours|peer)\s+(\d+)\s+(\d+)\s", done.stdout, re.MULTILINE)
+    }
+    ops = ["put", "put_writes", "get_tuple", "list100", "graph_sync"]
+    assert sorted(rows) == sorted((op, side) for op in ops for side in ("ours", "peer")), (
+        done.stdout
+    )
+    for op in ("put", "put_writes", "get_tuple", "list100"):
+        assert rows[op, "ours"][0] == 1, (op, rows[op, "ours"], done.stdout)
+    assert rows["graph_sync", "ours"][0] <= rows["graph_sync", "peer"][0], done.stdout
