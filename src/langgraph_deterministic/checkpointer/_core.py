@@ -434,24 +434,22 @@ def put(
     statements = []
     if blob_rows:
         statements.append(Statement(queries()["upsert_blob"], blob_rows, many=True))
-    statements.append(
-        Statement(
-            queries()["upsert_checkpoint"],
-            (
-                thread_id,
-                ns,
-                checkpoint["id"],
-                parent_id,
-                Jsonb(stored),
-                Jsonb(contract.stored_metadata(config, metadata, info)),
-            ),
-        )
+    row = (
+        thread_id,
+        ns,
+        checkpoint["id"],
+        parent_id,
+        Jsonb(stored),
+        Jsonb(contract.stored_metadata(config, metadata, info)),
     )
     guard = contract.guard_put(info, parent_id, checkpoint["id"])
-    if guard is not None:
-        # Claim the parent's one child slot (fencing) and keep the run ledger, in the same
-        # transaction and pipeline (no extra round trip); a refusal rolls it all back.
-        statements.append(Statement(queries()["guard_put"], guard))
+    if guard is None:
+        statements.append(Statement(queries()["upsert_checkpoint"], row))
+    else:
+        # The upsert, then the claim of the parent's one child slot (fencing) and the run
+        # ledger, in one statement of the same pipeline: a refusal rolls it all back.
+        _thread, _ns, _parent, _child, *guard_args = guard
+        statements.append(Statement(queries()["guarded_put_checkpoint"], (*row, *guard_args)))
     try:
         yield Batch.write(*statements)
     except Exception as exc:

@@ -291,8 +291,9 @@ LEFT JOIN LATERAL (
 ) cp ON true
 WHERE r.thread_id = %(thread_id)s AND r.run_id = %(run_id)s
 
--- name: guard_put
-SELECT lgd_guard_put(%s, %s, %s, %s, %s, %s::text, %s, %s::text)
+-- name: guarded_put_checkpoint
+-- upsert_checkpoint followed by lgd_guard_put, in one statement (migration 0005).
+SELECT lgd_put_checkpoint(%s, %s, %s, %s, %s, %s, %s, %s::text, %s, %s::text)
 
 -- name: guard_writes
 SELECT lgd_guard_writes(
