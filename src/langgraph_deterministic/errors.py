@@ -32,6 +32,18 @@ class IncompatibleLangGraphError(DeterministicError, ImportError):
     """The installed LangGraph lacks an extension point this package relies on."""
 
 
+class IncompatibleRestateError(DeterministicError, ImportError):
+    """The installed restate-sdk lacks what RestateJournal relies on."""
+
+
+class NondeterminismError(DeterministicError, RuntimeError):
+    """User code asked for durable ops in a way that cannot be replayed from the journal."""
+
+
+class JournalClosedError(DeterministicError, RuntimeError):
+    """A durable op was requested after its runner had finished."""
+
+
 class RunIdRequiredError(DeterministicError):
     """A graph run or checkpoint write carried no usable run id under
     run_id_policy="require": none at all, only the top-level ``config["run_id"]`` (LangChain's
@@ -63,6 +75,9 @@ __all__ = [
     "DatabaseUnavailableError",
     "DeterministicError",
     "IncompatibleLangGraphError",
+    "IncompatibleRestateError",
+    "JournalClosedError",
+    "NondeterminismError",
     "RunIdRequiredError",
     "RunInputMismatchError",
     "RunSupersededError",

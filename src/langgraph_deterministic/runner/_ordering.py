@@ -40,18 +40,10 @@ from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Generic, Protocol, TypeVar
 
-from langgraph_deterministic.errors import DeterministicError
+from langgraph_deterministic.errors import JournalClosedError, NondeterminismError
 
 H = TypeVar("H", bound=Hashable)
 log = logging.getLogger("langgraph_deterministic.runner")
-
-
-class NondeterminismError(DeterministicError, RuntimeError):
-    """User code asked for durable ops in a way that cannot be replayed from the journal."""
-
-
-class JournalClosedError(DeterministicError, RuntimeError):
-    """A durable op was requested after its runner had finished."""
 
 
 class JournalBackend(Protocol[H]):

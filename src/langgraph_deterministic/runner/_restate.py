@@ -26,17 +26,17 @@ from contextlib import contextmanager
 from datetime import timedelta
 from typing import Any, cast
 
-from langgraph_deterministic.errors import ConfigurationError, DeterministicError
+from langgraph_deterministic.errors import (
+    ConfigurationError,
+    DeterministicError,
+    IncompatibleRestateError,
+)
 
 from ._context import IN_OP, RunSpec, current_scheduler, request
 from ._ordering import NondeterminismError, OpScheduler
 
 SUPPORTED_RESTATE = ">=1.3,<1.4"
 DECISION_NAME = "lgd:order"
-
-
-class IncompatibleRestateError(DeterministicError, ImportError):
-    """The installed restate-sdk lacks what RestateJournal relies on."""
 
 
 def _import_restate() -> Any:
