@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import random
 import uuid
-from collections.abc import Awaitable, Callable, Generator, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Generator, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cache
 from importlib import resources
@@ -697,7 +697,3 @@ async def arun(operation: Operation[T], execute: Callable[[Batch], Awaitable[Res
                 batch = operation.send(results)
     except StopIteration as stop:
         return stop.value  # type: ignore[no-any-return]
-
-
-def flatten(rows: Iterable[Sequence[Any]]) -> list[Any]:
-    return [r[0] for r in rows]

@@ -18,6 +18,7 @@ from contextlib import (
     AbstractContextManager,
     asynccontextmanager,
     contextmanager,
+    nullcontext,
 )
 from types import TracebackType
 from typing import Any, Literal, TypeVar
@@ -72,7 +73,7 @@ def _execute(conn: Connection[Any], batch: Batch) -> Results:
         # DDL and statements that must not run inside a pipeline (multi-statement
         # migration files, CREATE INDEX CONCURRENTLY). Text cursor: simple protocol.
         results: Results = []
-        with _transaction(conn, batch) if batch.atomic else _nothing(), conn.cursor() as cur:
+        with _transaction(conn, batch) if batch.atomic else nullcontext(), conn.cursor() as cur:
             for st in statements:
                 cur.execute(st.sql, st.params, prepare=st.prepare)
                 results.append(cur.fetchall() if st.fetch else None)
@@ -82,7 +83,7 @@ def _execute(conn: Connection[Any], batch: Batch) -> Results:
     # Postgres rolls them all back. That is the atomicity we need, in one round trip;
     # psycopg's transaction() inside a pipeline would add three more syncs (BEGIN, COMMIT,
     # exit). Only a batch that sets an isolation level needs an explicit transaction.
-    with conn.pipeline(), _transaction(conn, batch) if batch.isolation else _nothing():
+    with conn.pipeline(), _transaction(conn, batch) if batch.isolation else nullcontext():
         for st in statements:
             cur = conn.cursor(binary=True)
             if st.many:
@@ -105,7 +106,7 @@ async def _aexecute(conn: AsyncConnection[Any], batch: Batch) -> Results:
     if not batch.pipeline:
         results: Results = []
         async with (
-            _atransaction(conn, batch) if batch.atomic else _anothing(),
+            _atransaction(conn, batch) if batch.atomic else nullcontext(),
             conn.cursor() as cur,
         ):
             for st in statements:
@@ -114,7 +115,7 @@ async def _aexecute(conn: AsyncConnection[Any], batch: Batch) -> Results:
         return results
     cursors = []
     # One implicit transaction per pipeline sync; see _execute.
-    async with conn.pipeline(), _atransaction(conn, batch) if batch.isolation else _anothing():
+    async with conn.pipeline(), _atransaction(conn, batch) if batch.isolation else nullcontext():
         for st in statements:
             cur = conn.cursor(binary=True)
             if st.many:
@@ -142,16 +143,6 @@ async def _atransaction(conn: AsyncConnection[Any], batch: Batch) -> AsyncIterat
         if batch.isolation:
             await conn.execute(f"SET TRANSACTION ISOLATION LEVEL {batch.isolation.upper()}")
         yield
-
-
-@contextmanager
-def _nothing() -> Iterator[None]:
-    yield
-
-
-@asynccontextmanager
-async def _anothing() -> AsyncIterator[None]:
-    yield
 
 
 # --- the saver ----------------------------------------------------------------------
