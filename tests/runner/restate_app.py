@@ -448,44 +448,19 @@ async def _run_graph(ctx: restate.Context, shape: str, req: dict[str, Any]) -> d
     return {"results": sorted(out.get("results", [])), "summary": out.get("summary")}
 
 
-@svc.handler()
-async def fanout(ctx: restate.Context, req: dict[str, Any]) -> dict[str, Any]:
-    return await _run_graph(ctx, "fanout", req)
+def _register_shape(shape: str) -> None:
+    """One handler per graph shape, named after it; all run the graph the same way."""
+
+    async def handler(ctx: restate.Context, req: dict[str, Any]) -> dict[str, Any]:
+        return await _run_graph(ctx, shape, req)
+
+    handler.__name__ = handler.__qualname__ = shape
+    svc.handler(name=shape)(handler)
 
 
-@svc.handler()
-async def mapreduce(ctx: restate.Context, req: dict[str, Any]) -> dict[str, Any]:
-    return await _run_graph(ctx, "mapreduce", req)
-
-
-@svc.handler()
-async def nested(ctx: restate.Context, req: dict[str, Any]) -> dict[str, Any]:
-    return await _run_graph(ctx, "nested", req)
-
-
-@svc.handler()
-async def gather(ctx: restate.Context, req: dict[str, Any]) -> dict[str, Any]:
-    return await _run_graph(ctx, "gather", req)
-
-
-@svc.handler()
-async def combinators(ctx: restate.Context, req: dict[str, Any]) -> dict[str, Any]:
-    return await _run_graph(ctx, "combinators", req)
-
-
-@svc.handler()
-async def agent(ctx: restate.Context, req: dict[str, Any]) -> dict[str, Any]:
-    return await _run_graph(ctx, "agent", req)
-
-
-@svc.handler()
-async def agents(ctx: restate.Context, req: dict[str, Any]) -> dict[str, Any]:
-    return await _run_graph(ctx, "agents", req)
-
-
-@svc.handler()
-async def fanout_ctx(ctx: restate.Context, req: dict[str, Any]) -> dict[str, Any]:
-    return await _run_graph(ctx, "fanout_ctx", req)
+for _shape in ("fanout", "mapreduce", "nested", "gather", "combinators", "agent", "agents",
+               "fanout_ctx"):  # fmt: skip
+    _register_shape(_shape)
 
 
 @svc.handler()
