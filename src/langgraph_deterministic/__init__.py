@@ -15,8 +15,10 @@ from langgraph_deterministic.errors import (
     RunIdRequiredError,
     RunInputMismatchError,
     RunSupersededError,
+    RunUnfinishedError,
     SchemaNotReadyError,
     SerializationError,
+    ThreadBusyError,
 )
 from langgraph_deterministic.runner import DeterministicRunner, durable
 
@@ -35,8 +37,10 @@ __all__ = [
     "RunInputMismatchError",
     "RunRecord",
     "RunSupersededError",
+    "RunUnfinishedError",
     "SchemaNotReadyError",
     "SerializationError",
+    "ThreadBusyError",
     "durable",
     "run_config",
 ]

@@ -39,10 +39,13 @@ from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
 from langgraph_deterministic.checkpointer import _core, _migrate
 from langgraph_deterministic.checkpointer._core import Batch, Operation, Results
+from langgraph_deterministic.checkpointer._leases import LeaseKeeper
 from langgraph_deterministic.checkpointer.contract import (
     DEFAULT_METADATA_KEYS,
+    MultitaskStrategy,
     RunContract,
     RunRecord,
+    check_strategy,
 )
 from langgraph_deterministic.errors import ConfigurationError
 
@@ -64,6 +67,10 @@ _PROBE_TIMEOUT = 10
 
 def _execute(conn: Connection[Any], batch: Batch) -> Results:
     statements = batch.statements
+    if batch.wait is not None:
+        for _ in conn.notifies(timeout=batch.wait[1], stop_after=1):
+            pass
+        return []
     if not batch.atomic and len(statements) == 1 and batch.pipeline:
         (st,) = statements
         with conn.cursor(binary=True) as cur:
@@ -98,6 +105,10 @@ def _execute(conn: Connection[Any], batch: Batch) -> Results:
 
 async def _aexecute(conn: AsyncConnection[Any], batch: Batch) -> Results:
     statements = batch.statements
+    if batch.wait is not None:
+        async for _ in conn.notifies(timeout=batch.wait[1], stop_after=1):
+            pass
+        return []
     if not batch.atomic and len(statements) == 1 and batch.pipeline:
         (st,) = statements
         async with conn.cursor(binary=True) as cur:
@@ -162,6 +173,14 @@ class DeterministicSaver(BaseCheckpointSaver[str]):
       share it one at a time.
 
     Call ``setup()`` / ``asetup()`` once per database to create or upgrade the tables.
+
+    ``multitask_strategy`` decides what a graph run does when another run holds its
+    thread, or the previous run stopped unfinished: ``"reject"`` (``ThreadBusyError`` /
+    ``RunUnfinishedError``), ``"enqueue"`` (wait its turn, FIFO, up to
+    ``enqueue_timeout`` seconds), ``"interrupt"`` or ``"rollback"``; ``run_config(...,
+    multitask_strategy=...)`` overrides it per call. A graph run holds its thread's lease
+    while it runs; ``lease_ttl`` (seconds) is how long a crashed worker keeps the thread
+    busy (the lease is renewed by writes and a heartbeat while the run is alive).
     """
 
     def __init__(
@@ -172,8 +191,19 @@ class DeterministicSaver(BaseCheckpointSaver[str]):
         serde: SerializerProtocol | None = None,
         pool_max_size: int = 10,
         metadata_keys: Iterable[str] | None = None,
+        multitask_strategy: MultitaskStrategy = "reject",
+        lease_ttl: float = 30.0,
+        enqueue_timeout: float = 300.0,
     ) -> None:
         super().__init__(serde=serde)
+        self.multitask_strategy: MultitaskStrategy = check_strategy(multitask_strategy)
+        if not lease_ttl > 0 or not enqueue_timeout >= 0:
+            raise ConfigurationError(
+                f"lease_ttl must be > 0 and enqueue_timeout >= 0 seconds, got {lease_ttl!r} "
+                f"and {enqueue_timeout!r}."
+            )
+        self.lease_ttl = float(lease_ttl)
+        self.enqueue_timeout = float(enqueue_timeout)
         if run_id_policy not in ("require", "warn", "off"):
             raise ConfigurationError(
                 f"run_id_policy must be 'require', 'warn' or 'off', not {run_id_policy!r}."
@@ -184,6 +214,7 @@ class DeterministicSaver(BaseCheckpointSaver[str]):
             DEFAULT_METADATA_KEYS if metadata_keys is None else frozenset(metadata_keys)
         )
         self._contract: RunContract | None = None
+        self._leases = LeaseKeeper(self._run, self._arun, lambda: self.lease_ttl)
         self._codec = _core.Codec(self.serde)
         self._dsn: str | None = None
         self._pool: ConnectionPool[Any] | None = None
@@ -350,11 +381,13 @@ class DeterministicSaver(BaseCheckpointSaver[str]):
 
     def close(self) -> None:
         """Close the pools this saver created from a DSN (never a pool you passed in)."""
+        self._leases.close()
         if self._owns_pools and self._pool is not None:
             self._pool.close()
             self._pool = None
 
     async def aclose(self) -> None:
+        self._leases.close()
         if self._owns_pools:
             if self._apool is not None:
                 await self._apool.close()
@@ -390,8 +423,17 @@ class DeterministicSaver(BaseCheckpointSaver[str]):
             current is None
             or current.policy != self.run_id_policy
             or current.metadata_keys != self.metadata_keys
+            or current.multitask_strategy != self.multitask_strategy
+            or current.lease_ttl != self.lease_ttl
+            or current.enqueue_timeout != self.enqueue_timeout
         ):
-            current = self._contract = RunContract(self.run_id_policy, self.metadata_keys)
+            current = self._contract = RunContract(
+                self.run_id_policy,
+                self.metadata_keys,
+                multitask_strategy=self.multitask_strategy,
+                lease_ttl=self.lease_ttl,
+                enqueue_timeout=self.enqueue_timeout,
+            )
         return current
 
     def get_run(self, thread_id: str, run_id: str | uuid.UUID) -> RunRecord | None:
@@ -406,7 +448,9 @@ class DeterministicSaver(BaseCheckpointSaver[str]):
     # -- BaseCheckpointSaver: sync ---------------------------------------------------
 
     def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
-        return self._run(_core.get_tuple(self._codec, config, self.contract))
+        found = self._run(_core.get_tuple(self._codec, config, self.contract))
+        self._leases.bind(config, is_async=False)
+        return found
 
     def list(
         self,
@@ -461,7 +505,9 @@ class DeterministicSaver(BaseCheckpointSaver[str]):
     # -- BaseCheckpointSaver: async --------------------------------------------------
 
     async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
-        return await self._arun(_core.get_tuple(self._codec, config, self.contract))
+        found = await self._arun(_core.get_tuple(self._codec, config, self.contract))
+        self._leases.bind(config, is_async=True)
+        return found
 
     async def alist(
         self,
