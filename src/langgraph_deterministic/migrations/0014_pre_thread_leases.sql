@@ -362,7 +362,7 @@ BEGIN
     SELECT p_thread, p_run, 'running', 1, p_attempt, p_child, p_child, p_fingerprint,
            l.strategy, l.outcome
     FROM (SELECT 1) AS one
-    LEFT JOIN lgd_leases l ON l.thread_id = p_thread AND l.attempt = p_attempt
+    LEFT JOIN lgd_leases l ON l.thread_id = p_thread AND l.run_id = p_run
     ON CONFLICT (thread_id, run_id) DO UPDATE SET
         status = 'running',
         attempts = r.attempts
