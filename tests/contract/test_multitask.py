@@ -204,3 +204,15 @@ def test_a_new_input_on_a_stuck_adopted_thread_is_warned_about_under_warn(
         with pytest.raises(Exception, match="400"):  # the strict model rejects the thread
             graph.invoke(ask("news?"), run_config("adopted-warn", "n1"))
     assert any("audit" in r.getMessage() and "stuck" in r.getMessage() for r in caplog.records)
+
+
+def test_the_docs_snippet_runs(db: str) -> None:
+    from pathlib import Path
+
+    doc = (Path(__file__).parents[2] / "docs" / "retries-and-idempotency.md").read_text()
+    section = doc.split("## Concurrent runs on one thread", 1)[1]
+    code = section.split("```python\n", 1)[1].split("```", 1)[0]
+    scope: dict[str, Any] = {"dsn": db, "builder": build_chat(db), "inputs": ask("hi")}
+    exec(compile(code, "docs-snippet", "exec"), scope)
+    assert scope["saver"].get_run("ticket-42", "msg-8") is not None
+    scope["saver"].close()
