@@ -4,6 +4,11 @@
 on first use and stopped at the end of the session. ``dsn`` (module): a fresh, empty
 database on that server for each test module, dropped when the module ends.
 
+``pgbouncer`` (session): a real PgBouncer in transaction pooling mode in front of that
+server (tests/pgbouncer.py); ``bouncer.dsn_for(dsn)`` reaches a database through it. It
+skips with the reason when pgbouncer is not installed, unless LGD_REQUIRE_PGBOUNCER=1 (CI),
+where that is a failure.
+
 Nothing here is autouse: a test session that never asks for these fixtures never starts
 Postgres. Other conftest files can build more databases with :func:`make_database` (or
 ``langgraph_deterministic.embedded.create_database`` / ``drop_database``).
@@ -12,6 +17,7 @@ Postgres. Other conftest files can build more databases with :func:`make_databas
 from __future__ import annotations
 
 import importlib.util
+import os
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,6 +26,8 @@ import pytest
 
 if importlib.util.find_spec("langgraph_deterministic") is None:  # not pip-installed: use src/
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+
+from tests.pgbouncer import PgBouncer, PgBouncerUnavailable
 
 from langgraph_deterministic.embedded import (
     create_database,
@@ -57,3 +65,18 @@ def dsn(pg_server_dsn: str, request: pytest.FixtureRequest) -> Iterator[str]:
         yield fresh
     finally:
         drop_database(pg_server_dsn, database_name(fresh))
+
+
+@pytest.fixture(scope="session")
+def pgbouncer(pg_server_dsn: str) -> Iterator[PgBouncer]:
+    """A PgBouncer (transaction pooling) in front of the session's Postgres."""
+    try:
+        bouncer = PgBouncer(pg_server_dsn).start()
+    except PgBouncerUnavailable as exc:
+        if os.environ.get("LGD_REQUIRE_PGBOUNCER") == "1":
+            pytest.fail(f"LGD_REQUIRE_PGBOUNCER=1 but pgbouncer is unavailable: {exc}")
+        pytest.skip(f"pgbouncer unavailable: {exc}")
+    try:
+        yield bouncer
+    finally:
+        bouncer.stop()

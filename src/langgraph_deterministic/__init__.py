@@ -15,6 +15,7 @@ from langgraph_deterministic.errors import (
     RunIdRequiredError,
     RunInputMismatchError,
     RunSupersededError,
+    SaverClosedError,
     SchemaNotReadyError,
     SerializationError,
 )
@@ -35,6 +36,7 @@ __all__ = [
     "RunInputMismatchError",
     "RunRecord",
     "RunSupersededError",
+    "SaverClosedError",
     "SchemaNotReadyError",
     "SerializationError",
     "durable",
