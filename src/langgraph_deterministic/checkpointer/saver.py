@@ -15,6 +15,7 @@ import inspect
 import logging
 import threading
 import uuid
+import weakref
 from collections.abc import (
     AsyncGenerator,
     AsyncIterator,
@@ -74,6 +75,10 @@ OnSession = Callable[[int], Operation[T]]
 # Connect timeout of a DSN saver's first connection when neither the DSN nor
 # connect_kwargs set one.
 _PROBE_TIMEOUT = 10
+
+# A pooler (PgBouncer, RDS Proxy, Supavisor) answers the startup with a backend pid of its
+# own: a pid the server does not confirm means the connection is not direct.
+_BACKEND_PID_SQL = "SELECT pg_backend_pid()"
 
 
 class _Unset(enum.Enum):
@@ -331,12 +336,12 @@ class DeterministicSaver(BaseCheckpointSaver[str]):
                 if self._pool is None:
                     # Connect once directly first: a pool retries a refused connection
                     # until its timeout and then reports only that it timed out.
-                    _probe(self._dsn, self._connect_kwargs)
+                    direct = _probe(self._dsn, self._connect_kwargs)
                     pool: ConnectionPool[Any] = ConnectionPool(
                         self._dsn,
                         min_size=self._pool_min_size,
                         max_size=self._pool_max_size,
-                        kwargs=self._connect_kwargs,
+                        kwargs=self._pool_kwargs(direct),
                         open=False,
                         name="langgraph-deterministic",
                     )
@@ -351,13 +356,19 @@ class DeterministicSaver(BaseCheckpointSaver[str]):
                 self._alock = asyncio.Lock()
             async with self._alock:
                 if self._apool is None:
-                    await _aprobe(self._dsn, self._connect_kwargs)
+                    direct = await _aprobe(self._dsn, self._connect_kwargs)
                     self._refuse_if_closed()
+                    opened: weakref.WeakSet[AsyncConnection[Any]] = weakref.WeakSet()
+
+                    async def track(conn: AsyncConnection[Any]) -> None:
+                        opened.add(conn)
+
                     pool: AsyncConnectionPool[Any] = AsyncConnectionPool(
                         self._dsn,
                         min_size=self._pool_min_size,
                         max_size=self._pool_max_size,
-                        kwargs=self._connect_kwargs,
+                        kwargs=self._pool_kwargs(direct),
+                        configure=track,
                         open=False,
                         name="langgraph-deterministic-async",
                     )
@@ -365,11 +376,19 @@ class DeterministicSaver(BaseCheckpointSaver[str]):
                     # Closed with its event loop: asyncio.run() finalises open async
                     # generators before it closes the loop, so a saver used without
                     # `async with` still leaves no pool workers or connections behind.
-                    guard = _close_with_loop(pool, self._forget_async_pool)
+                    guard = _close_with_loop(pool, opened, self._forget_async_pool)
                     await anext(guard)
                     self._apool, self._apool_guard = pool, guard
                     self._apool_loop = asyncio.get_running_loop()
         return self._apool
+
+    def _pool_kwargs(self, direct: bool) -> dict[str, Any]:
+        """Behind a pooler (found by the first connection), a DSN saver prepares nothing
+        unless told otherwise: PgBouncer before 1.21 in transaction mode cannot route a
+        prepared statement's EXECUTE to the session that prepared it."""
+        if direct or "prepare_threshold" in self._connect_kwargs:
+            return self._connect_kwargs
+        return {**self._connect_kwargs, "prepare_threshold": None}
 
     def _forget_async_pool(self, pool: AsyncConnectionPool[Any]) -> None:
         """Its event loop ended: a later loop gets a new pool."""
@@ -695,7 +714,7 @@ def _setup(phase: _migrate.Phase, client_pid: int) -> Operation[list[str]]:
     setup only checks that nothing is pending, and otherwise refuses before any lock.
     """
     (rows,) = yield Batch(
-        (_core.Statement("SELECT pg_backend_pid()", fetch=True, prepare=False),), pipeline=False
+        (_core.Statement(_BACKEND_PID_SQL, fetch=True, prepare=False),), pipeline=False
     )
     if rows and rows[0][0] == client_pid:
         return (yield from _locked(_migrate.migrate(phase)))
@@ -836,26 +855,34 @@ def _probe_kwargs(dsn: str, kwargs: Mapping[str, Any]) -> dict[str, Any]:
     return probe
 
 
-def _probe(dsn: str, kwargs: Mapping[str, Any]) -> None:
+def _probe(dsn: str, kwargs: Mapping[str, Any]) -> bool:
     """Connect once, directly: a pool would retry a refused connection until its
-    timeout and then report only that it timed out."""
+    timeout and then report only that it timed out. Returns whether the connection
+    reaches Postgres without a pooler in between."""
     try:
-        with psycopg.connect(dsn, **_probe_kwargs(dsn, kwargs)):
-            pass
+        with psycopg.connect(dsn, **_probe_kwargs(dsn, kwargs)) as conn:
+            cur = conn.cursor(row_factory=tuple_row)
+            row = cur.execute(_BACKEND_PID_SQL, prepare=False).fetchone()
+            return row is not None and row[0] == conn.info.backend_pid
     except psycopg.Error as exc:
         raise _core.translate_error(exc) from exc
 
 
-async def _aprobe(dsn: str, kwargs: Mapping[str, Any]) -> None:
+async def _aprobe(dsn: str, kwargs: Mapping[str, Any]) -> bool:
     try:
-        conn = await AsyncConnection.connect(dsn, **_probe_kwargs(dsn, kwargs))
+        async with await AsyncConnection.connect(dsn, **_probe_kwargs(dsn, kwargs)) as conn:
+            cur = conn.cursor(row_factory=tuple_row)
+            await cur.execute(_BACKEND_PID_SQL, prepare=False)
+            row = await cur.fetchone()
+            return row is not None and row[0] == conn.info.backend_pid
     except psycopg.Error as exc:
         raise _core.translate_error(exc) from exc
-    await conn.close()
 
 
 async def _close_with_loop(
-    pool: AsyncConnectionPool[Any], forget: Callable[[AsyncConnectionPool[Any]], None]
+    pool: AsyncConnectionPool[Any],
+    opened: weakref.WeakSet[AsyncConnection[Any]],
+    forget: Callable[[AsyncConnectionPool[Any]], None],
 ) -> AsyncGenerator[None, None]:
     """Suspended for the pool's lifetime; finalised by aclose(), or by the event loop's
     shutdown_asyncgens() (asyncio.run calls it) when the saver was never closed."""
@@ -863,7 +890,15 @@ async def _close_with_loop(
         yield
     finally:
         forget(pool)
-        await pool.close()
+        try:
+            await pool.close()
+        except asyncio.CancelledError:
+            # The loop is shutting down: asyncio.run cancelled the pool's workers before
+            # finalising us, so the pool gave up before closing its connections. Nothing
+            # runs on this loop any more: close them here.
+            for conn in list(opened):
+                if not conn.closed:
+                    await conn.close()
 
 
 def _refuse_from_coroutine(name: str, async_name: str) -> None:
@@ -875,16 +910,16 @@ def _refuse_from_coroutine(name: str, async_name: str) -> None:
     flags = inspect.CO_COROUTINE | inspect.CO_ASYNC_GENERATOR | inspect.CO_ITERABLE_COROUTINE
     if caller is None or not caller.f_code.co_flags & flags:
         return
-    instructions = iter(dis.get_instructions(caller.f_code))
-    for ins in instructions:
-        if ins.offset == caller.f_lasti:
-            following = next(instructions, None)
-            if following is not None and following.opname == "GET_AWAITABLE":
-                raise ConfigurationError(
-                    f"`await saver.{name}()`: {name}() is the sync method. Use "
-                    f"`await saver.{async_name}()` in async code. Nothing was run."
-                )
-            return
+    # f_lasti is the call being made (3.11: its last inline cache entry); the instruction
+    # after it is what the caller does with the result.
+    following = next(
+        (ins for ins in dis.get_instructions(caller.f_code) if ins.offset > caller.f_lasti), None
+    )
+    if following is not None and following.opname == "GET_AWAITABLE":
+        raise ConfigurationError(
+            f"`await saver.{name}()`: {name}() is the sync method. Use "
+            f"`await saver.{async_name}()` in async code. Nothing was run."
+        )
 
 
 AbstractContextManager.register(DeterministicSaver)
