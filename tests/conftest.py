@@ -21,13 +21,12 @@ import os
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
 if importlib.util.find_spec("langgraph_deterministic") is None:  # not pip-installed: use src/
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
-
-from tests.pgbouncer import PgBouncer, PgBouncerUnavailable
 
 from langgraph_deterministic.embedded import (
     create_database,
@@ -35,6 +34,9 @@ from langgraph_deterministic.embedded import (
     drop_database,
     ensure_database_url,
 )
+
+if TYPE_CHECKING:
+    from tests.pgbouncer import PgBouncer
 
 
 def make_database(admin_dsn: str, prefix: str = "lgd_test") -> str:
@@ -70,6 +72,8 @@ def dsn(pg_server_dsn: str, request: pytest.FixtureRequest) -> Iterator[str]:
 @pytest.fixture(scope="session")
 def pgbouncer(pg_server_dsn: str) -> Iterator[PgBouncer]:
     """A PgBouncer (transaction pooling) in front of the session's Postgres."""
+    from tests.pgbouncer import PgBouncer, PgBouncerUnavailable  # only for tests that ask
+
     try:
         bouncer = PgBouncer(pg_server_dsn).start()
     except PgBouncerUnavailable as exc:

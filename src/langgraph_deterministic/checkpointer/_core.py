@@ -141,8 +141,15 @@ def translate_error(exc: BaseException) -> BaseException:
             "`langgraph-deterministic migrate`) once against this database before use."
         )
     if isinstance(exc, psycopg.OperationalError) and _is_connection_failure(exc):
+        # The server's (or the pooler's) own reason is in the message: keep it whole.
+        reason = str(exc).strip()
+        if "authentication failed" in reason or (exc.sqlstate or "").startswith("28"):
+            return DatabaseUnavailableError(
+                f"Postgres refused the login: {reason}. Check the user and password in the "
+                "DSN (and the pooler's userlist, behind PgBouncer)."
+            )
         return DatabaseUnavailableError(
-            f"Could not reach Postgres: {str(exc).strip()}. Check that the server is "
+            f"Could not reach Postgres: {reason}. Check that the server is "
             "running and that the DSN (host, port, user, password, dbname) is right."
         )
     if isinstance(exc, psycopg.ProgrammingError) and "conninfo" in str(exc).lower():
