@@ -394,6 +394,7 @@ class DeterministicSaver(BaseCheckpointSaver[str]):
         """Its event loop ended: a later loop gets a new pool."""
         if self._apool is pool:
             self._apool = self._apool_guard = self._apool_loop = None
+            self._alock = None  # an asyncio.Lock may be bound to the loop that ended
 
     @contextmanager
     def _connection(self) -> Iterator[Connection[Any]]:
