@@ -92,7 +92,7 @@ async def test_from_conn_string_async_with(db: str) -> None:
 def test_pool_options_need_a_dsn(db: str) -> None:
     with ConnectionPool(db, kwargs={"autocommit": True}, open=False) as pool:
         with pytest.raises(ConfigurationError, match="prepare_threshold"):
-            DeterministicSaver(pool, prepare_threshold=None)  # type: ignore[call-arg]
+            DeterministicSaver(pool, prepare_threshold=None)
         with pytest.raises(ConfigurationError, match="pool_max_size"):
             DeterministicSaver(pool, pool_max_size=3)
 

@@ -184,3 +184,23 @@ def test_wrong_password_through_pgbouncer_names_the_reason(db: str, pgbouncer: P
     with pytest.raises(DatabaseUnavailableError, match="authentication failed"):
         saver.get_tuple({"configurable": {"thread_id": "t"}})
     saver.close()
+
+
+def test_cli_migrate_through_pgbouncer(
+    pg_server_dsn: str, pgbouncer: PgBouncer, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`langgraph-deterministic migrate` pointed at the bouncer: refused with the fix while
+    migrations are pending, "up to date" once they were applied directly."""
+    from langgraph_deterministic.cli import main
+
+    fresh = make_database(pg_server_dsn, prefix="lgd_bouncer_cli")
+    try:
+        assert main(["migrate", "--dsn", pgbouncer.dsn_for(fresh)]) == 1
+        assert "direct connection" in capsys.readouterr().err
+        assert main(["migrate", "--dsn", fresh]) == 0
+        capsys.readouterr()
+        assert main(["migrate", "--dsn", pgbouncer.dsn_for(fresh)]) == 0
+        assert "up to date" in capsys.readouterr().out
+        assert _advisory_locks(fresh) == 0
+    finally:
+        drop_database(pg_server_dsn, database_name(fresh))
