@@ -682,15 +682,16 @@ def delta_history(
 def run(operation: Operation[T], execute: Callable[[Batch], Results]) -> T:
     """Drive ``operation`` with a synchronous ``execute(batch) -> results``.
 
-    A failed batch is thrown into the operation, so it can clean up (release a lock)
-    with one more batch before the error propagates.
+    A failed or interrupted batch (an error, Ctrl-C, a cancelled task: psycopg cancels
+    the query and leaves the connection usable) is thrown into the operation, so it can
+    clean up (release a lock) with one more batch before the error propagates.
     """
     try:
         batch = next(operation)
         while True:
             try:
                 results = execute(batch)
-            except Exception as exc:
+            except BaseException as exc:  # also KeyboardInterrupt: the operation cleans up
                 batch = operation.throw(exc)
             else:
                 batch = operation.send(results)
@@ -705,7 +706,7 @@ async def arun(operation: Operation[T], execute: Callable[[Batch], Awaitable[Res
         while True:
             try:
                 results = await execute(batch)
-            except Exception as exc:
+            except BaseException as exc:  # also CancelledError: the operation cleans up
                 batch = operation.throw(exc)
             else:
                 batch = operation.send(results)
