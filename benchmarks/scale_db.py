@@ -441,5 +441,7 @@ def ensure_database(admin_dsn: str, dbname: str) -> str:
     with psycopg.connect(admin_dsn, autocommit=True) as conn:
         found = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (dbname,))
         if found.fetchone() is None:
-            conn.execute(psycopg.sql.SQL("CREATE DATABASE {}").format(psycopg.sql.Identifier(dbname)))
+            conn.execute(
+                psycopg.sql.SQL("CREATE DATABASE {}").format(psycopg.sql.Identifier(dbname))
+            )
     return psycopg.conninfo.make_conninfo(admin_dsn, dbname=dbname)
