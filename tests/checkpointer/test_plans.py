@@ -148,3 +148,23 @@ def test_delete_for_runs_is_key_lookups_without_jit(db: str) -> None:
     assert "JIT" not in plan
     # 10 checkpoints deleted, each with 2 writes and 1 own blob; nothing else touched.
     assert _rows_read(plan, "checkpoint_writes") == 20
+
+
+def test_delete_for_runs_keeps_blobs_other_checkpoints_still_reference(db: str) -> None:
+    def blobs() -> set[tuple[str, str]]:
+        with psycopg.connect(db) as conn:
+            rows = conn.execute(
+                "SELECT channel, version FROM checkpoint_blobs WHERE thread_id = 'thread-3'"
+            ).fetchall()
+        return {(r[0], r[1]) for r in rows}
+
+    before = blobs()
+    with DeterministicSaver(db) as saver:
+        saver.delete_for_runs(["thread-3:run-2"])  # checkpoints 10-14 of the thread
+        listed = saver.list({"configurable": {"thread_id": "thread-3"}})
+        left = [t.config["configurable"]["checkpoint_id"] for t in listed]
+    # Their own messages blobs went with them; the __start__ blob every checkpoint of the
+    # thread shares stayed.
+    assert before - blobs() == {("messages", f"v{g}") for g in range(10, 15)}
+    assert ("__start__", "v0") in blobs()
+    assert len(left) == 45 and not {f"{g:08d}" for g in range(10, 15)} & set(left)

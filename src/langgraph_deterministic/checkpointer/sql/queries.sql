@@ -132,22 +132,34 @@ WITH doomed AS (
 ), freed AS (
     SELECT DISTINCT d.thread_id, d.checkpoint_ns, v.key AS channel, v.value AS version
     FROM doomed d CROSS JOIN LATERAL jsonb_each_text(d.versions) AS v
+), namespaces AS (
+    SELECT DISTINCT thread_id, checkpoint_ns FROM freed
+), referenced AS (
+    -- What the checkpoints that stay still reference, in one pass over each namespace
+    -- touched (OFFSET 0: each namespace read by its key, whatever the estimates).
+    SELECT n.thread_id, n.checkpoint_ns, r.channel, r.version
+    FROM namespaces n
+    CROSS JOIN LATERAL (
+        SELECT v.key AS channel, v.value AS version
+        FROM checkpoints c
+        CROSS JOIN LATERAL jsonb_each_text(c.checkpoint -> 'channel_versions') AS v
+        WHERE c.thread_id = n.thread_id AND c.checkpoint_ns = n.checkpoint_ns
+          AND NOT coalesce((c.metadata ->> 'run_id') = ANY(%(run_ids)s), false)
+        OFFSET 0
+    ) r
 ), unreferenced AS (
-    -- Per freed blob (OFFSET 0: planned as a lookup per row; as a join, the planner's
-    -- 100 rows per jsonb_each_text would make it sort and merge the whole table).
     SELECT k.ctid FROM freed f
     CROSS JOIN LATERAL (
         SELECT b.ctid FROM checkpoint_blobs b
         WHERE b.thread_id = f.thread_id AND b.checkpoint_ns = f.checkpoint_ns
           AND b.channel = f.channel AND b.version = f.version
-          AND NOT EXISTS (
-              SELECT 1 FROM checkpoints c
-              WHERE c.thread_id = f.thread_id AND c.checkpoint_ns = f.checkpoint_ns
-                AND c.checkpoint -> 'channel_versions' ->> f.channel = f.version
-                AND NOT coalesce((c.metadata ->> 'run_id') = ANY(%(run_ids)s), false)
-          )
         OFFSET 0
     ) k
+    WHERE NOT EXISTS (
+        SELECT 1 FROM referenced r
+        WHERE r.thread_id = f.thread_id AND r.checkpoint_ns = f.checkpoint_ns
+          AND r.channel = f.channel AND r.version = f.version
+    )
 )
 DELETE FROM checkpoint_blobs b WHERE b.ctid = ANY(ARRAY(SELECT ctid FROM unreferenced))
 
