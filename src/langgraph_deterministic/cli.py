@@ -28,14 +28,10 @@ EXIT_FAILED = 1
 EXIT_USAGE = 2
 
 
-class _UsageError(Exception):
-    pass
-
-
 def _dsn(args: argparse.Namespace) -> str:
     dsn: str | None = args.dsn or os.environ.get("DATABASE_URL")
     if not dsn:
-        raise _UsageError("pass --dsn or set DATABASE_URL")
+        raise ConfigurationError("pass --dsn or set DATABASE_URL")
     return dsn
 
 
@@ -175,9 +171,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         return int(exc.code) if isinstance(exc.code, int) else EXIT_USAGE
     try:
         return _COMMANDS[args.command](args)
-    except _UsageError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return EXIT_USAGE
     except (DatabaseUnavailableError, ConfigurationError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_USAGE
