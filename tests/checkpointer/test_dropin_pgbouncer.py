@@ -195,7 +195,7 @@ def test_cli_migrate_through_pgbouncer(
 
     fresh = make_database(pg_server_dsn, prefix="lgd_bouncer_cli")
     try:
-        assert main(["migrate", "--dsn", pgbouncer.dsn_for(fresh)]) == 1
+        assert main(["migrate", "--dsn", pgbouncer.dsn_for(fresh)]) == 2  # a configuration error
         assert "direct connection" in capsys.readouterr().err
         assert main(["migrate", "--dsn", fresh]) == 0
         capsys.readouterr()
