@@ -24,10 +24,11 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMe
 from langchain_core.outputs import ChatGeneration, ChatResult
 from langchain_core.tools import tool
 from langgraph.graph import END, START, StateGraph
-from langgraph.types import Send
+from langgraph.types import Command, Send, interrupt
 from restate.ext.langchain import RestateMiddleware, restate_context
 from typing_extensions import TypedDict
 
+from langgraph_deterministic import DeterministicSaver, run_config
 from langgraph_deterministic.runner import (
     DeterministicRunner,
     NondeterminismError,
@@ -389,6 +390,105 @@ def agents_graph() -> Any:
     return g.compile()
 
 
+# -- the pair: DeterministicSaver on Postgres under DeterministicRunner -----------------------
+
+
+class HitlState(TypedDict, total=False):
+    topic: str
+    results: Annotated[list[str], operator.add]
+    approved: str
+    summary: str
+
+
+def _label(name: str) -> str:
+    return f"t{_REQ['current'].get('turn', 0)}.{name}"
+
+
+async def _effect_now(name: str) -> str:
+    return await effect(_label(name), _REQ["current"])
+
+
+def hitl_graph(checkpointer: Any) -> Any:
+    """plan -> [research, sub (a parallel subgraph), approve (interrupts once)] -> join."""
+
+    async def plan(state: HitlState) -> HitlState:
+        return {"results": [await durable("plan", _effect_now, "plan")]}
+
+    async def research(state: HitlState) -> HitlState:
+        out = []
+        for j in range(2):
+            await jitter()
+            out.append(await durable(f"op{j}", _effect_now, f"research.op{j}"))
+        return {"results": out}
+
+    def leaf(j: int) -> Any:
+        async def node(state: HitlState) -> HitlState:
+            await jitter()
+            return {"results": [await durable("leaf", _effect_now, f"sub.l{j}")]}
+
+        return node
+
+    inner = StateGraph(HitlState)
+    for j in range(2):
+        inner.add_node(f"l{j}", leaf(j))
+        inner.add_edge(START, f"l{j}")
+        inner.add_edge(f"l{j}", END)
+    inner_graph = inner.compile()
+
+    async def sub(state: HitlState) -> HitlState:
+        # A subgraph run by a node: it keeps its own checkpoints in the parent's saver.
+        out = await inner_graph.ainvoke({"results": []})
+        return {"results": out["results"]}
+
+    async def approve(state: HitlState) -> HitlState:
+        await jitter()
+        answer = state.get("approved") or interrupt({"question": f"go ahead with {state['topic']}?"})
+        got = await durable("act", _effect_now, f"act.{answer}")
+        return {"results": [got], "approved": answer}
+
+    async def join(state: HitlState) -> HitlState:
+        got = await durable("join", _effect_now, "join")
+        return {"summary": f"{got}|{len(state['results'])}"}
+
+    g = StateGraph(HitlState)
+    g.add_node("plan", plan)
+    g.add_node("research", research)
+    g.add_node("sub", sub)
+    g.add_node("approve", approve)
+    g.add_node("join", join)
+    g.add_edge(START, "plan")
+    for n in ("research", "sub", "approve"):
+        g.add_edge("plan", n)
+        g.add_edge(n, "join")
+    g.add_edge("join", END)
+    return g.compile(checkpointer=checkpointer)
+
+
+_SAVERS: dict[str, Any] = {}
+
+
+async def hitl_saver(dsn: str) -> Any:
+    saver = _SAVERS.get(dsn)
+    if saver is None:
+        saver = _SAVERS[dsn] = DeterministicSaver(dsn)
+        await saver.asetup()
+    return saver
+
+
+def hitl_input(req: dict[str, Any]) -> Any:
+    if req.get("resume") is not None:
+        return Command(resume=req["resume"])
+    return {"topic": req["topic"], "results": []}
+
+
+def hitl_output(out: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "results": sorted(out.get("results", [])),
+        "summary": out.get("summary"),
+        "interrupts": [[i.id, i.value] for i in out.get("__interrupt__", [])],
+    }
+
+
 # -- benchmark shapes (see benchmarks/bench_restate_runner.py) -------------------------------
 
 
@@ -461,6 +561,19 @@ def _register_shape(shape: str) -> None:
 for _shape in ("fanout", "mapreduce", "nested", "gather", "combinators", "agent", "agents",
                "fanout_ctx"):  # fmt: skip
     _register_shape(_shape)
+
+
+@svc.handler()
+async def hitl(ctx: restate.Context, req: dict[str, Any]) -> dict[str, Any]:
+    """One turn on a thread kept by DeterministicSaver: {dsn, thread, run_id, turn,
+    topic | resume, effects, gate, slow}."""
+    _REQ["current"] = req
+    graph = _BUILT.get("hitl:" + req["dsn"])
+    if graph is None:
+        graph = _BUILT["hitl:" + req["dsn"]] = hitl_graph(await hitl_saver(req["dsn"]))
+    runner = DeterministicRunner(journal=RestateJournal(ctx))
+    out = await runner.ainvoke(graph, hitl_input(req), run_config(req["thread"], req["run_id"]))
+    return hitl_output(out)
 
 
 @svc.handler()

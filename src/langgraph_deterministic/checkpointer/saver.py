@@ -498,6 +498,16 @@ class DeterministicSaver(BaseCheckpointSaver[str]):
             _core.put_writes(self._codec, config, writes, task_id, task_path, self.contract)
         )
 
+    async def aput_batch(self, items: Sequence[_core.BufferedWrite]) -> str | None:
+        """Store buffered ``aput``/``aput_writes`` calls of one run in one transaction.
+
+        For DeterministicRunner under a durable journal: it buffers a run's writes and
+        commits them once. Idempotent per run: when the run's first root checkpoint has
+        already been continued by the same run (an earlier commit got through), nothing
+        is written and the id of that continuation is returned.
+        """
+        return await self._arun(_core.put_batch(self._codec, items, self.contract))
+
     async def adelete_thread(self, thread_id: str) -> None:
         await self._arun(_core.delete_thread(thread_id))
 
