@@ -14,6 +14,7 @@ import operator
 import os
 import random
 import time
+from datetime import timedelta
 from typing import Annotated, Any
 
 import restate
@@ -22,6 +23,7 @@ from langchain_core.callbacks import AsyncCallbackManagerForLLMRun, CallbackMana
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
 from langchain_core.outputs import ChatGeneration, ChatResult
+from langchain_core.runnables import RunnableConfig
 from langchain_core.tools import tool
 from langgraph.graph import END, START, StateGraph
 from langgraph.types import Command, Send, interrupt
@@ -489,6 +491,99 @@ def hitl_output(out: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+# -- durable timers and misuse of the handler's ctx ---------------------------------------
+
+
+def sleepy_graph(width: int = 4) -> Any:
+    """Each branch: an op, a durable timer, an op. Half the branches sleep through
+    restate_context(), half through the handler's own ctx (passed in the config)."""
+
+    def branch(i: int) -> Any:
+        async def node(state: FanState, config: RunnableConfig) -> FanState:
+            await jitter()
+            a = await durable("before", effect, f"z{i}.before", state["req"])
+            ctx = config["configurable"]["handler_ctx"] if i % 2 else restate_context()
+            await ctx.sleep(timedelta(milliseconds=40 * (i + 1)))
+            b = await durable("after", effect, f"z{i}.after", state["req"])
+            return {"results": [a, b]}
+
+        return node
+
+    g = StateGraph(FanState)
+    for i in range(width):
+        g.add_node(f"z{i}", branch(i))
+        g.add_edge(START, f"z{i}")
+        g.add_edge(f"z{i}", END)
+    return g.compile()
+
+
+def rawctx_graph(width: int = 4) -> Any:
+    """Parallel nodes calling run_typed on the handler's own ctx (not restate_context())."""
+
+    def branch(i: int) -> Any:
+        async def node(state: FanState, config: RunnableConfig) -> FanState:
+            ctx = config["configurable"]["handler_ctx"]
+            out = []
+            for j in range(2):
+                await jitter()
+                out.append(await ctx.run_typed(f"op{j}", effect, restate.RunOptions(),
+                                               f"r{i}.op{j}", state["req"]))
+            return {"results": out}
+
+        return node
+
+    g = StateGraph(FanState)
+    for i in range(width):
+        g.add_node(f"r{i}", branch(i))
+        g.add_edge(START, f"r{i}")
+        g.add_edge(f"r{i}", END)
+    return g.compile()
+
+
+def select_graph() -> Any:
+    """restate.select over routed ops, not caught: the run must fail terminally."""
+
+    async def race(state: FanState) -> FanState:
+        ctx = restate_context()
+        await restate.select(a=ctx.run_typed("sa", _sleep_op, restate.RunOptions(), 0.0),
+                             b=ctx.run_typed("sb", _sleep_op, restate.RunOptions(), 0.0))
+        return {"results": ["select returned"]}
+
+    async def other(state: FanState) -> FanState:
+        return {"results": [await durable("other", effect, "sel.other", state["req"])]}
+
+    g = StateGraph(FanState)
+    for name, fn in (("race", race), ("other", other)):
+        g.add_node(name, fn)
+        g.add_edge(START, name)
+        g.add_edge(name, END)
+    return g.compile()
+
+
+def racing_graph() -> Any:
+    """Two coroutines of one node each call durable("fetch", ...) after other awaits: the
+    numbering of the two ops would depend on timing. Must fail terminally."""
+
+    async def node(state: FanState) -> FanState:
+        async def one(url: str, delay: float) -> str:
+            await asyncio.sleep(delay)
+            return await durable("fetch", _slow_effect, f"race.{url}", state["req"])
+
+        got = await asyncio.gather(one("a", 0.0), one("b", 0.01))
+        return {"results": list(got)}
+
+    g = StateGraph(FanState)
+    g.add_node("fetch_both", node)
+    g.add_edge(START, "fetch_both")
+    g.add_edge("fetch_both", END)
+    return g.compile()
+
+
+async def _slow_effect(label: str, req: dict[str, Any]) -> str:
+    await asyncio.sleep(0.2)  # still in flight when the sibling coroutine asks
+    return await effect(label, req)
+
+
 # -- benchmark shapes (see benchmarks/bench_restate_runner.py) -------------------------------
 
 
@@ -532,6 +627,10 @@ GRAPHS = {
     "combinators": combinators_graph,
     "fanout_ctx": fanout_ctx_graph,
     "agents": agents_graph,
+    "sleepy": sleepy_graph,
+    "rawctx": rawctx_graph,
+    "select": select_graph,
+    "racing": racing_graph,
 }
 _BUILT: dict[str, Any] = {}
 
@@ -544,7 +643,9 @@ async def _run_graph(ctx: restate.Context, shape: str, req: dict[str, Any]) -> d
         graph = _BUILT[shape] = GRAPHS[shape]()
     _REQ["current"] = req
     runner = DeterministicRunner(journal=RestateJournal(ctx))
-    out = await runner.ainvoke(graph, {"req": req, "results": []})
+    # Some shapes reach for the handler's own ctx through the config (see rawctx_graph).
+    config = {"configurable": {"handler_ctx": ctx}}
+    out = await runner.ainvoke(graph, {"req": req, "results": []}, config)
     return {"results": sorted(out.get("results", [])), "summary": out.get("summary")}
 
 
@@ -559,7 +660,7 @@ def _register_shape(shape: str) -> None:
 
 
 for _shape in ("fanout", "mapreduce", "nested", "gather", "combinators", "agent", "agents",
-               "fanout_ctx"):  # fmt: skip
+               "fanout_ctx", "sleepy", "rawctx", "select", "racing"):  # fmt: skip
     _register_shape(_shape)
 
 
