@@ -82,14 +82,18 @@ def _innermost_node() -> str:
     return f"{node}@{step}"
 
 
+def _local_name(name: str) -> str:
+    inner = _innermost_node()
+    return f"{inner}:{name}" if inner else name
+
+
 def op_key(name: str) -> str:
     """The replay-stable key of the next op called ``name`` in the current task."""
     scope = _SCOPE.get()
     if scope is None:
         scope = TaskScope("run")
         _SCOPE.set(scope)
-    inner = _innermost_node()
-    local = f"{inner}:{name}" if inner else name
+    local = _local_name(name)
     n = scope.counters.get(local, 0)
     scope.counters[local] = n + 1
     return f"{scope.key}/{local}#{n}"
@@ -111,7 +115,7 @@ def request(spec: RunSpec | SleepSpec, name: str) -> asyncio.Future[Any] | None:
     key = op_key(name)
     scope = _SCOPE.get()
     task = asyncio.current_task()
-    local = key.rpartition("/")[2].rpartition("#")[0]
+    local = _local_name(name)
     if scope is None or task is None:  # pragma: no cover - op_key set the scope
         return sched.request(key, spec)
     holders = scope.holders.setdefault(local, {})
