@@ -685,10 +685,10 @@ def put_batch(
 
     DeterministicRunner keeps a run's writes in memory while a durable journal drives it
     and commits them here once the graph returns: the same statements, guards and ledger
-    updates as one ``put``/``put_writes`` call each, in one transaction. If the run's
-    first root checkpoint is already continued by a checkpoint of the same run (an
-    earlier execution of this commit got through, e.g. before a crash), nothing is
-    written and that checkpoint's id is returned; otherwise None.
+    updates as one ``put``/``put_writes`` call each, in one transaction. If the checkpoint
+    the run started from (the parent of its first root checkpoint) already has a child
+    written by the same run (an earlier execution of this commit got through, e.g. before
+    a crash), nothing is written and that child's id is returned; otherwise None.
     """
     if not items:
         return None
@@ -724,6 +724,8 @@ def put_batch(
             batch = next(op)  # each yields its one write batch first; it is not sent
         except StopIteration:
             continue  # put_writes with no writes
+        # put/put_writes must stay "one write batch, then done" for this composition.
+        assert batch.atomic, f"{kind} now starts with a read; put_batch must drive it"
         statements.extend(batch.statements)
         op.close()
     try:
