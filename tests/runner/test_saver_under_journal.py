@@ -117,3 +117,20 @@ async def test_crash_at_every_event_of_a_turn(
     assert crashes >= events - 5
     # The crash between the commit's transaction and its journal record was among them.
     assert commits_rerun >= 1
+
+
+async def test_astream_commits_when_the_stream_ends(
+    saver: DeterministicSaver, tmp_path: Path
+) -> None:
+    thread = f"stream-{uuid.uuid4().hex[:8]}"
+    req = {**TURNS[0], "effects": str(tmp_path / "effects.log"), "gate": None}
+    restate_app._REQ["current"] = req
+    graph = restate_app.hitl_graph(saver)
+    runner = DeterministicRunner(journal=FakeJournal(FakeAttempt(Store(), io_ticks=lambda _n: 1)))
+    cfg = run_config(thread, f"{thread}:turn1")
+    chunks = [c async for c in runner.astream(graph, restate_app.hitl_input(req), cfg,
+                                               stream_mode="updates")]
+    assert any("__interrupt__" in c for c in chunks)
+    state = await graph.aget_state({"configurable": {"thread_id": thread}})
+    assert state.next == ("approve",)
+    assert len(state.values["results"]) == 5
