@@ -685,13 +685,6 @@ def delta_history(
 #: ``("writes", config, writes, task_id, task_path)``, in the order LangGraph made them.
 BufferedWrite = tuple[Any, ...]
 
-_CHILD_OF_RUN = (
-    "SELECT checkpoint_id FROM checkpoints WHERE thread_id = %s AND checkpoint_ns = ''"
-    " AND parent_checkpoint_id IS NOT DISTINCT FROM %s"
-    " AND (metadata ->> 'run_id') IS NOT DISTINCT FROM %s LIMIT 1"
-)
-
-
 def put_batch(
     codec: Codec, items: Sequence[BufferedWrite], contract: RunContract | None = None
 ) -> Operation[str | None]:
@@ -713,13 +706,13 @@ def put_batch(
             "checkpoint_ns")),
         None,
     )
-    check: tuple[Any, ...] | None = None
+    check: dict[str, Any] | None = None
     if first_root is not None:
         thread_id, _ = _thread_ns(first_root[1])
         info = contract.call_info(first_root[1], thread_id, "")
         parent = first_root[1]["configurable"].get("checkpoint_id") or None
-        check = (thread_id, parent, info.run_id)
-        (rows,) = yield Batch.read(_CHILD_OF_RUN, check)
+        check = {"thread_id": thread_id, "parent": parent, "run_id": info.run_id}
+        (rows,) = yield Batch.read(queries()["child_of_run"], check)
         if rows:
             return str(rows[0][0])
     statements: list[Statement] = []
@@ -747,7 +740,7 @@ def put_batch(
     except Exception as exc:
         if check is not None:
             # A concurrent execution of the same commit (a zombie attempt) won the race.
-            (rows,) = yield Batch.read(_CHILD_OF_RUN, check)
+            (rows,) = yield Batch.read(queries()["child_of_run"], check)
             if rows:
                 return str(rows[0][0])
         for info in infos:

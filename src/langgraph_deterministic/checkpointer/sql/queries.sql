@@ -367,3 +367,12 @@ WHERE NOT EXISTS (
       AND lgd_refuse_writes(ch.checkpoint_id, ch.run_id, ch.attempt, %s::text, %s, %s)
 )
 {conflict}
+
+-- name: child_of_run
+-- put_batch's at-most-once check: the root checkpoint a run wrote on top of the one it
+-- started from (NULL: the thread's first), if its commit already got through.
+SELECT checkpoint_id FROM checkpoints
+WHERE thread_id = %(thread_id)s AND checkpoint_ns = ''
+  AND parent_checkpoint_id IS NOT DISTINCT FROM %(parent)s::text
+  AND (metadata ->> 'run_id') IS NOT DISTINCT FROM %(run_id)s::text
+LIMIT 1
