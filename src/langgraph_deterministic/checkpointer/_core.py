@@ -882,6 +882,77 @@ def delta_history(
     return result
 
 
+# --- a run's writes in one transaction (DeterministicRunner with a journal) --------------
+
+#: ``("put", config, checkpoint, metadata, new_versions)`` or
+#: ``("writes", config, writes, task_id, task_path)``, in the order LangGraph made them.
+BufferedWrite = tuple[Any, ...]
+
+def put_batch(
+    codec: Codec, items: Sequence[BufferedWrite], contract: RunContract | None = None
+) -> Operation[str | None]:
+    """Store a run's buffered checkpoint writes atomically, at most once.
+
+    DeterministicRunner keeps a run's writes in memory while a durable journal drives it
+    and commits them here once the graph returns: the same statements, guards and ledger
+    updates as one ``put``/``put_writes`` call each, in one transaction. If the checkpoint
+    the run started from (the parent of its first root checkpoint) already has a child
+    written by the same run (an earlier execution of this commit got through, e.g. before
+    a crash), nothing is written and that child's id is returned; otherwise None.
+    """
+    if not items:
+        return None
+    if contract is None:
+        contract = _NO_CONTRACT
+    first_root = next(
+        (i for i in items if i[0] == "put" and not (i[1].get("configurable") or {}).get(
+            "checkpoint_ns")),
+        None,
+    )
+    check: dict[str, Any] | None = None
+    if first_root is not None:
+        thread_id, _ = _thread_ns(first_root[1])
+        info = contract.call_info(first_root[1], thread_id, "")
+        parent = first_root[1]["configurable"].get("checkpoint_id") or None
+        check = {"thread_id": thread_id, "parent": parent, "run_id": info.run_id}
+        (rows,) = yield Batch.read(queries()["child_of_run"], check)
+        if rows:
+            return str(rows[0][0])
+    statements: list[Statement] = []
+    infos: list[CallInfo] = []
+    for item in items:
+        kind, config = item[0], item[1]
+        thread_id, ns = _thread_ns(config)
+        infos.append(contract.call_info(config, thread_id, ns))
+        a, b, c = item[2:5]
+        op: Operation[Any] = (
+            put(codec, config, a, b, c, contract)
+            if kind == "put"
+            else put_writes(codec, config, a, b, c, contract)
+        )
+        try:
+            batch = next(op)  # each yields its one write batch first; it is not sent
+        except StopIteration:
+            continue  # put_writes with no writes
+        # put/put_writes must stay "one write batch, then done" for this composition.
+        assert batch.atomic, f"{kind} now starts with a read; put_batch must drive it"
+        statements.extend(batch.statements)
+        op.close()
+    try:
+        yield Batch.write(*statements)
+    except Exception as exc:
+        if check is not None:
+            # A concurrent execution of the same commit (a zombie attempt) won the race.
+            (rows,) = yield Batch.read(queries()["child_of_run"], check)
+            if rows:
+                return str(rows[0][0])
+        for info in infos:
+            if (ours := translate_guard_error(exc, info)) is not None:
+                raise ours from None
+        raise
+    return None
+
+
 def run(operation: Operation[T], execute: Callable[[Batch], Results]) -> T:
     """Drive ``operation`` with a synchronous ``execute(batch) -> results``.
 

@@ -712,6 +712,10 @@ class DeterministicSaver(BaseCheckpointSaver[str]):
     ) -> None:
         self._run(_core.put_writes(self._codec, config, writes, task_id, task_path, self.contract))
 
+    def put_batch(self, items: Sequence[_core.BufferedWrite]) -> str | None:
+        """:meth:`aput_batch`, sync."""
+        return self._run(_core.put_batch(self._codec, items, self.contract))
+
     def delete_thread(self, thread_id: str) -> None:
         self._run(_core.delete_thread(thread_id))
 
@@ -773,6 +777,16 @@ class DeterministicSaver(BaseCheckpointSaver[str]):
         await self._arun(
             _core.put_writes(self._codec, config, writes, task_id, task_path, self.contract)
         )
+
+    async def aput_batch(self, items: Sequence[_core.BufferedWrite]) -> str | None:
+        """Store buffered ``aput``/``aput_writes`` calls of one run in one transaction.
+
+        For DeterministicRunner under a durable journal: it buffers a run's writes and
+        commits them once. Idempotent per run: when the checkpoint the run started from
+        already has a child written by the same run (an earlier commit got through),
+        nothing is written and that child's id is returned; otherwise None.
+        """
+        return await self._arun(_core.put_batch(self._codec, items, self.contract))
 
     async def adelete_thread(self, thread_id: str) -> None:
         await self._arun(_core.delete_thread(thread_id))

@@ -422,3 +422,12 @@ WHERE NOT EXISTS (
       AND lgd_refuse_leased_v3(l.run_id, l.outcome, l.thread_id)
 )
 {conflict}
+
+-- name: child_of_run
+-- put_batch's at-most-once check: the root checkpoint a run wrote on top of the one it
+-- started from (NULL: the thread's first), if its commit already got through.
+SELECT checkpoint_id FROM checkpoints
+WHERE thread_id = %(thread_id)s AND checkpoint_ns = ''
+  AND parent_checkpoint_id IS NOT DISTINCT FROM %(parent)s::text
+  AND (metadata ->> 'run_id') IS NOT DISTINCT FROM %(run_id)s::text
+LIMIT 1
