@@ -45,7 +45,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "demo":
             from langgraph_deterministic.demo import main as demo_main
 
-            return int(demo_main(args.dsn))
+            return int(demo_main(args.dsn or os.environ.get("DATABASE_URL")))
         from langgraph_deterministic.checkpointer import DeterministicSaver
         from langgraph_deterministic.checkpointer._migrate import discover
 
