@@ -3,6 +3,10 @@
     langgraph-deterministic migrate [--dsn DSN] [--phase pre|post|all]
     langgraph-deterministic status  [--dsn DSN]
     langgraph-deterministic demo    [--dsn DSN]
+    langgraph-deterministic audit   [--dsn DSN] [--json] [--thread ID] [--since TIME]
+    langgraph-deterministic repair  [--dsn DSN] [--apply]
+
+audit exits 0 when it finds no damage, 1 when it does, 2 on usage or connection errors.
 
 The DSN defaults to $DATABASE_URL.
 """
@@ -39,7 +43,25 @@ def main(argv: Sequence[str] | None = None) -> int:
     status.add_argument("--dsn")
     demo = sub.add_parser("demo", help="run the demo (embedded Postgres without --dsn)")
     demo.add_argument("--dsn")
-    args = parser.parse_args(argv)
+    from langgraph_deterministic.ops import _cli as ops_cli
+
+    ops_cli.add_parsers(sub)
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # argparse: 2 on a usage error, 0 for --help
+        return int(exc.code or 0)
+    if args.command in ("audit", "repair"):
+        try:
+            dsn = args.dsn or os.environ.get("DATABASE_URL")
+            if not dsn:
+                print("error: pass --dsn or set DATABASE_URL", file=sys.stderr)
+                return 2
+            if args.command == "audit":
+                return ops_cli.run_audit(args, dsn)
+            return ops_cli.run_repair(args, dsn)
+        except DeterministicError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
 
     try:
         if args.command == "demo":

@@ -65,17 +65,20 @@ def _side_effects_table(dsn: str) -> None:
 
 def model(messages: list[AnyMessage]) -> AIMessage:
     """A deterministic stand-in for a chat model that validates like a real provider."""
+    # As OpenAI and Anthropic do: an AIMessage's tool calls must all be answered by the
+    # ToolMessages right after it, before any other message.
     pending: set[str] = set()
     for message in messages:
-        if isinstance(message, AIMessage):
-            pending = {c["id"] for c in message.tool_calls if c["id"]}
-        elif isinstance(message, ToolMessage):
+        if isinstance(message, ToolMessage):
             pending.discard(message.tool_call_id)
-        elif isinstance(message, HumanMessage) and pending:
+            continue
+        if pending:
             raise ProviderError(
                 "400 Bad Request: tool_use ids were found without tool_result blocks "
                 f"immediately after: {sorted(pending)}"
             )
+        if isinstance(message, AIMessage):
+            pending = {c["id"] for c in message.tool_calls if c["id"]}
     last = messages[-1]
     if isinstance(last, HumanMessage):
         return AIMessage(
