@@ -10,10 +10,10 @@ from typing import Any
 
 import psycopg
 import pytest
+from benchmarks import fault_db
 from langchain_core.messages import HumanMessage, ToolMessage
 from langgraph.checkpoint.postgres import PostgresSaver
 
-from benchmarks import fault_db
 from langgraph_deterministic import DeterministicSaver, demo
 from langgraph_deterministic.cli import main
 from langgraph_deterministic.embedded import create_database, database_name, drop_database

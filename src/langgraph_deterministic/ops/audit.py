@@ -40,7 +40,7 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timedelta
@@ -111,6 +111,39 @@ _MIN_BATCH_ROWS: Final = 250
 # Every tool call LangChain stores has "type": "tool_call"; msgpack writes that value as the
 # fixstr 0xa9 + "tool_call" ("tool_call_id" and "invalid_tool_calls" are longer strings).
 TOOL_CALL_MARK: Final = b"\xa9tool_call"
+# A tool call as LangChain serialises it ends with ..."id": <str>, "type": "tool_call";
+# a ToolMessage carries "tool_call_id": <str>. msgpack strs: fixstr (0xa0-0xbf) or str8.
+_CALL_TAIL: Final = b"\xa4type" + TOOL_CALL_MARK
+_ANSWER_KEY: Final = b"\xactool_call_id"
+
+
+def _strs_after(blob: bytes, key: bytes) -> Iterator[tuple[bytes, int]]:
+    """(value, end offset) of every msgpack str that follows ``key`` in ``blob``."""
+    at = blob.find(key)
+    while at >= 0:
+        start = at + len(key)
+        tag = blob[start] if start < len(blob) else 0
+        if 0xA0 <= tag <= 0xBF:
+            n, start = tag - 0xA0, start + 1
+        elif tag == 0xD9 and start + 1 < len(blob):
+            n, start = blob[start + 1], start + 2
+        else:
+            n = -1
+        if n >= 0:
+            yield blob[start : start + n], start + n
+        at = blob.find(key, start)
+
+
+def surely_answered(blob: bytes) -> bool:
+    """True when the raw messages blob shows every tool call answered by a ToolMessage,
+    without decoding it (about 100x cheaper than the serde). False means "decode to
+    know": the blob did not have the expected shape, or a call may be unanswered."""
+    calls = blob.count(TOOL_CALL_MARK)
+    ids = [v for v, end in _strs_after(blob, b"\xa2id") if blob.startswith(_CALL_TAIL, end)]
+    if len(ids) != calls:
+        return False
+    answers = {v for v, _ in _strs_after(blob, _ANSWER_KEY)}
+    return all(i in answers for i in ids)
 
 
 @dataclass(frozen=True, slots=True)
@@ -375,7 +408,7 @@ class _Scanner:
                 for later, earlier in pairs:
                     if self._same_input(writes.get(later), writes.get(earlier)):
                         add("reapplied_input", f"same input as checkpoint {earlier}", later)
-            if msg_blob is not None:
+            if msg_blob is not None and not surely_answered(msg_blob):
                 messages = self.serde.loads_typed((msg_type, msg_blob))
                 if isinstance(messages, list):
                     for _, call, followed in unanswered_calls(messages):
