@@ -119,3 +119,18 @@ def test_cost_breakdown_counts_round_trips_and_statements(dsn: str) -> None:
     for op in ("put", "put_writes", "get_tuple", "list100"):
         assert rows[op, "ours"][0] == 1, (op, rows[op, "ours"], done.stdout)
     assert rows["graph_sync", "ours"][0] <= rows["graph_sync", "peer"][0], done.stdout
+
+
+def test_audit_benchmark_runs_small(pg_server_dsn: str) -> None:
+    """benchmarks/bench_audit.py end to end on a small database: it checks inside that
+    every planted fault is found and nothing else (its exit code); no timing asserted."""
+    bench = BENCH.parent / "bench_audit.py"
+    env = {**os.environ, "DATABASE_URL": pg_server_dsn}
+    done = subprocess.run(
+        [sys.executable, str(bench), "--threads", "300", "--planted", "2", "--window", "0.5",
+         "--drop"],
+        capture_output=True, text=True, env=env, timeout=300,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "missed 0, false positives 0" in done.stdout
+    assert "writers' p99 during the audit / baseline p99:" in done.stdout
