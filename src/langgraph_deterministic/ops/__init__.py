@@ -11,8 +11,15 @@ docs/operations.md.
 
 from __future__ import annotations
 
+from datetime import timedelta
 from functools import cache
 from importlib import resources
+from typing import Final
+
+DEFAULT_IDLE: Final = timedelta(minutes=10)
+"""How long a thread with a step left must be quiet to count as stuck, not running."""
+STATEMENT_TIMEOUT_MS: Final = 5_000
+"""The audit's per-statement limit; a range of threads slower than this is split."""
 
 
 @cache

@@ -6,16 +6,16 @@ import argparse
 import json
 import sys
 from datetime import datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from langgraph_deterministic.ops.audit import (
-    DEFAULT_IDLE,
-    FAULTS,
-    STATEMENT_TIMEOUT_MS,
-    AuditReport,
-    audit,
-)
-from langgraph_deterministic.ops.repair import RepairReport, repair
+if TYPE_CHECKING:
+    from langgraph_deterministic.ops.audit import AuditReport
+    from langgraph_deterministic.ops.repair import RepairReport
+
+from langgraph_deterministic.ops import DEFAULT_IDLE, STATEMENT_TIMEOUT_MS
+
+# audit and repair (LangChain, LangGraph's serde, rich) are imported when they run, so that
+# every other subcommand starts as fast as before
 
 
 def _time(text: str) -> datetime:
@@ -62,6 +62,8 @@ def add_parsers(sub: Any) -> None:
 
 
 def run_audit(args: argparse.Namespace, dsn: str) -> int:
+    from langgraph_deterministic.ops.audit import audit
+
     progress, done = _progress("auditing checkpoints", enabled=not args.json)
     try:
         report = audit(
@@ -78,6 +80,8 @@ def run_audit(args: argparse.Namespace, dsn: str) -> int:
 
 
 def run_repair(args: argparse.Namespace, dsn: str) -> int:
+    from langgraph_deterministic.ops.repair import repair
+
     report = repair(dsn, apply=args.apply, thread_id=args.thread, idle=args.idle)
     if args.json:
         print(json.dumps(report.to_json(), indent=2))
@@ -107,6 +111,8 @@ def _progress(label: str, *, enabled: bool) -> tuple[Any, Any]:
 def _print_audit(report: AuditReport) -> None:
     from rich.console import Console
     from rich.table import Table
+
+    from langgraph_deterministic.ops.audit import FAULTS
 
     console = Console(highlight=False)
     console.print(

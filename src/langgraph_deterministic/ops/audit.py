@@ -55,7 +55,7 @@ from langgraph_deterministic.errors import (
     DeterministicError,
     SchemaNotReadyError,
 )
-from langgraph_deterministic.ops import queries
+from langgraph_deterministic.ops import DEFAULT_IDLE, STATEMENT_TIMEOUT_MS, queries
 
 Severity = Literal["risk", "damage"]
 
@@ -104,9 +104,7 @@ FAULTS: Final[dict[str, FaultClass]] = {
     )
 }  # fmt: skip
 
-DEFAULT_IDLE: Final = timedelta(minutes=10)
 DEFAULT_BATCH_ROWS: Final = 20_000
-STATEMENT_TIMEOUT_MS: Final = 5_000
 _MIN_BATCH_ROWS: Final = 250
 # Every tool call LangChain stores has "type": "tool_call"; msgpack writes that value as the
 # fixstr 0xa9 + "tool_call" ("tool_call_id" and "invalid_tool_calls" are longer strings).

@@ -53,9 +53,8 @@ from psycopg.types.json import Jsonb
 
 from langgraph_deterministic.checkpointer._core import queries as saver_queries
 from langgraph_deterministic.errors import DatabaseUnavailableError, SchemaNotReadyError
-from langgraph_deterministic.ops import queries
+from langgraph_deterministic.ops import DEFAULT_IDLE, queries
 from langgraph_deterministic.ops.audit import (
-    DEFAULT_IDLE,
     AuditReport,
     Finding,
     HeadState,
