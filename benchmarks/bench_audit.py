@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import queue
 import signal
 import statistics
 import sys
@@ -207,15 +208,18 @@ def main() -> int:
         proc.start()
         ready.wait()
         running = True
-        while proc.is_alive():
+        while True:
             start = time.time()
-            proc.join(args.window)
-            windows.append(("on" if running else "off", start, time.time()))
-            if not proc.is_alive():
-                break
-            os.kill(proc.pid, signal.SIGSTOP if running else signal.SIGCONT)
-            running = not running
-        during = result.get()
+            try:  # the report comes back before the child can exit (a Queue's rule)
+                during = result.get(timeout=args.window)
+            except queue.Empty:
+                windows.append(("on" if running else "off", start, time.time()))
+                os.kill(proc.pid, signal.SIGSTOP if running else signal.SIGCONT)
+                running = not running
+                continue
+            windows.append(("on", start, time.time()))
+            break
+        proc.join()
         samples = writers.stop()
         by_phase: dict[str, list[float]] = {"on": [], "off": []}
         for name, start, end in windows:

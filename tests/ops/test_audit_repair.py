@@ -72,7 +72,7 @@ def test_audit_exit_codes_and_table_output(
     assert main(["audit", "--dsn", fresh_db, "--since", "yesterday"]) == 2  # usage
     fault_db.build(fresh_db, threads=20, planted=0, runs=2)
     capsys.readouterr()
-    assert main(["audit", "--dsn", fresh_db]) == 0
+    assert main(["audit", "--dsn", fresh_db, "--pause", "0.01", "--statement-timeout", "2000"]) == 0
     out = capsys.readouterr().out
     assert "scanned 20 threads" in out and "no damage found" in out
 

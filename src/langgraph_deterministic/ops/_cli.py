@@ -53,6 +53,10 @@ def add_parsers(sub: Any) -> None:
         "--statement-timeout", type=int, default=STATEMENT_TIMEOUT_MS,
         help=f"per-statement limit in ms; a slower range is split (default {STATEMENT_TIMEOUT_MS})",
     )  # fmt: skip
+    a.add_argument(
+        "--pause", type=float, default=0.0, metavar="SECONDS",
+        help="sleep between ranges, to leave more room to busy live workers (default 0)",
+    )  # fmt: skip
     r = sub.add_parser("repair", help="fix what audit found (dry run unless --apply)")
     r.add_argument("--dsn")
     r.add_argument("--apply", action="store_true", help="write the repairs")
@@ -68,7 +72,7 @@ def run_audit(args: argparse.Namespace, dsn: str) -> int:
     try:
         report = audit(
             dsn, thread_id=args.thread, since=args.since, idle=args.idle,
-            statement_timeout_ms=args.statement_timeout, progress=progress,
+            statement_timeout_ms=args.statement_timeout, progress=progress, pause=args.pause,
         )  # fmt: skip
     finally:
         done()
