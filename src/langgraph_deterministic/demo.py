@@ -38,6 +38,7 @@ from langgraph_deterministic.embedded import (
     drop_database,
     ensure_database_url,
 )
+from langgraph_deterministic.errors import DeterministicError
 
 CRASH_FLAG = "LGD_DEMO_CRASH_IN_TOOL"
 SCENARIO = (
@@ -48,8 +49,9 @@ SCENARIO = (
 )
 
 
-class ProviderError(Exception):
-    """What a provider answers to a malformed conversation (HTTP 400)."""
+class ProviderError(DeterministicError):
+    """The demo model's stand-in for what a provider answers to a malformed conversation
+    (HTTP 400). Fix: answer every tool call before the next turn (see ``repair``)."""
 
 
 class State(TypedDict):

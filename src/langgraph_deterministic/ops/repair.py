@@ -52,7 +52,11 @@ from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 from psycopg.types.json import Jsonb
 
 from langgraph_deterministic.checkpointer._core import queries as saver_queries
-from langgraph_deterministic.errors import DatabaseUnavailableError, SchemaNotReadyError
+from langgraph_deterministic.errors import (
+    DatabaseUnavailableError,
+    DeterministicError,
+    SchemaNotReadyError,
+)
 from langgraph_deterministic.ops import DEFAULT_IDLE, queries
 from langgraph_deterministic.ops.audit import (
     AuditReport,
@@ -116,8 +120,9 @@ class RepairReport:
         }
 
 
-class _Refused(Exception):
-    pass
+class _Refused(DeterministicError):
+    """A thread repair cannot safely do now; its transaction rolls back (never escapes
+    ``repair``: it becomes the thread's ``refused`` reason)."""
 
 
 def repair(
