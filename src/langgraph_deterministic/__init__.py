@@ -17,6 +17,7 @@ from langgraph_deterministic.errors import (
     RunIdRequiredError,
     RunInputMismatchError,
     RunSupersededError,
+    SaverClosedError,
     SchemaNotReadyError,
     SerializationError,
 )
@@ -39,6 +40,7 @@ __all__ = [
     "RunInputMismatchError",
     "RunRecord",
     "RunSupersededError",
+    "SaverClosedError",
     "SchemaNotReadyError",
     "SerializationError",
     "durable",

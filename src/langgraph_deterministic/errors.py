@@ -20,6 +20,10 @@ class DatabaseUnavailableError(DeterministicError, ConnectionError):
     """Postgres could not be reached with the connection info given."""
 
 
+class SaverClosedError(DeterministicError, RuntimeError):
+    """The saver was used after ``close()`` / ``aclose()`` or after leaving its ``with``."""
+
+
 class SchemaNotReadyError(DeterministicError):
     """The checkpoint tables are missing or older than this version of the package."""
 
@@ -96,6 +100,7 @@ __all__ = [
     "RunIdRequiredError",
     "RunInputMismatchError",
     "RunSupersededError",
+    "SaverClosedError",
     "SchemaNotReadyError",
     "SerializationError",
 ]
