@@ -14,7 +14,8 @@ with ``--planted`` threads of every fault class and of every negative control
    prints the writers' put latency p50/p99 in the windows with and without the audit,
    and the ratio of the p99s.
 
-The embedded server's data lives in .cache/bench-audit-pg (reused; delete it to rebuild).
+The embedded server's data lives in $LGD_CACHE_DIR/bench-audit-pg, else
+.cache/bench-audit-pg (about 4 GB; reused; delete it to rebuild).
 """
 
 from __future__ import annotations
@@ -174,7 +175,8 @@ def main() -> int:
     server = None
     url = os.environ.get("DATABASE_URL")
     if not url:
-        server = EmbeddedPostgres.start(ROOT / ".cache" / "bench-audit-pg")
+        cache = Path(os.environ.get("LGD_CACHE_DIR") or ROOT / ".cache")
+        server = EmbeddedPostgres.start(cache / "bench-audit-pg")
         url = server.dsn
     try:
         dsn, expected = database(url, args.threads, args.planted)
