@@ -127,3 +127,18 @@ def test_cost_breakdown_counts_round_trips_and_statements(dsn: str) -> None:
     ours, peer = rows["graph_sync", "ours"], rows["graph_sync", "peer"]
     assert ours[0] <= peer[0] + 1, done.stdout  # round trips: + the lease release
     assert ours[1] <= peer[1] + 2, done.stdout  # statements: + lgd_admit_v3, + the release
+
+
+def test_audit_benchmark_runs_small(pg_server_dsn: str) -> None:
+    """benchmarks/bench_audit.py end to end on a small database: it checks inside that
+    every planted fault is found and nothing else (its exit code); no timing asserted."""
+    bench = BENCH.parent / "bench_audit.py"
+    env = {**os.environ, "DATABASE_URL": pg_server_dsn}
+    done = subprocess.run(
+        [sys.executable, str(bench), "--threads", "300", "--planted", "2", "--window", "0.5",
+         "--drop"],
+        capture_output=True, text=True, env=env, timeout=300,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "missed 0, false positives 0" in done.stdout
+    assert "writers' p99 during the audit / baseline p99:" in done.stdout
