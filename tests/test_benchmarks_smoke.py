@@ -119,3 +119,49 @@ def test_cost_breakdown_counts_round_trips_and_statements(dsn: str) -> None:
     for op in ("put", "put_writes", "get_tuple", "list100"):
         assert rows[op, "ours"][0] == 1, (op, rows[op, "ours"], done.stdout)
     assert rows["graph_sync", "ours"][0] <= rows["graph_sync", "peer"][0], done.stdout
+
+
+GRAPH = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_graph.py"
+GRAPH_WORKLOADS = ["graph_sync", "graph_async", "graph_async_c8", "graph_async_c32"]
+
+
+def test_graph_benchmark_prints_ratios_cpu_and_round_trips(dsn: str, tmp_path: Path) -> None:
+    """bench_graph.py --quick: every workload on both networks (direct and through the
+    delay proxy) gets a ratio against the peer and against InMemorySaver, a CPU row and
+    the round-trip counts. No timing is asserted, only structure and exact counts."""
+    out_json = tmp_path / "graph.json"
+    env = {**os.environ, "DATABASE_URL": dsn}
+    done = subprocess.run(
+        [sys.executable, str(GRAPH), "--quick", "--rounds", "1", "--json", str(out_json)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    ratio_rows = re.findall(
+        r"^(\w+)\s+(direct|1ms)\s+[\d.]+\s+[\d.]+\s+[\d.]+\s+([\d.]+)x\s.*?\s([\d.]+)x\s",
+        done.stdout,
+        re.MULTILINE,
+    )
+    cells = sorted((name, net) for name, net, _, _ in ratio_rows)
+    expected = sorted((w, n) for w in GRAPH_WORKLOADS for n in ("direct", "1ms"))
+    assert cells == expected, done.stdout
+    assert all(float(vp) > 0 and float(vm) > 0 for _, _, vp, vm in ratio_rows), done.stdout
+    cpu_rows = re.findall(r"^(\w+)\s+(direct|1ms)\s+[\d.]+\+[\d.n/a]+\s", done.stdout, re.M)
+    assert sorted(cpu_rows) == expected, done.stdout
+    assert re.search(r"proxy adds [\d.]+ ms", done.stdout), done.stdout
+
+    report = json.loads(out_json.read_text())
+    assert sorted((c["workload"], c["net"]) for c in report["cells"]) == expected
+    for cell in report["cells"]:
+        assert cell["rounds"] == 1 and len(cell["vs_peer_rounds"]) == 1, cell
+    # The trace counts are exact: a superstep costs at least one round trip on either side
+    # (durability "sync" writes each checkpoint before the next superstep starts).
+    steps = report["meta"]["supersteps"]
+    assert steps == 14, report["meta"]
+    for side in ("ours", "peer"):
+        assert report["round_trips"][side]["rt"] >= steps, report["round_trips"]
+    assert report["round_trips"]["ours"]["rt"] <= report["round_trips"]["peer"]["rt"]
+    assert set(report["serial_round_trips_per_superstep"]) == {"graph_sync", "graph_async"}
