@@ -68,7 +68,11 @@ async def serve(
         except OSError:
             c_writer.close()
             return
-        await asyncio.gather(_pump(c_reader, s_writer, delay), _pump(s_reader, c_writer, delay))
+        try:
+            await asyncio.gather(_pump(c_reader, s_writer, delay), _pump(s_reader, c_writer, delay))
+        except asyncio.CancelledError:  # shutting down: end quietly
+            c_writer.close()
+            s_writer.close()
 
     server = await asyncio.start_server(handle, "127.0.0.1", 0)
     port = server.sockets[0].getsockname()[1]

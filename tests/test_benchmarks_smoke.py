@@ -1,7 +1,8 @@
 """The benchmark runs end to end (--quick) and reports a ratio for every workload.
 
-No timing is asserted: this only guards that benchmarks/bench_saver.py keeps working as
-the saver changes (every workload runs on both savers, results are checked inside it).
+No timing is asserted: this only guards that benchmarks/bench_saver.py, cost_breakdown.py
+and bench_graph.py keep working as the saver changes (every workload runs on every side,
+results are checked inside them); only exact protocol counts are asserted.
 """
 
 from __future__ import annotations
@@ -165,3 +166,29 @@ def test_graph_benchmark_prints_ratios_cpu_and_round_trips(dsn: str, tmp_path: P
         assert report["round_trips"][side]["rt"] >= steps, report["round_trips"]
     assert report["round_trips"]["ours"]["rt"] <= report["round_trips"]["peer"]["rt"]
     assert set(report["serial_round_trips_per_superstep"]) == {"graph_sync", "graph_async"}
+
+
+WHERE = Path(__file__).resolve().parents[1] / "benchmarks" / "where_time_goes.py"
+
+
+def test_where_time_goes_prints_every_section(dsn: str) -> None:
+    """On any server (here the test one, without pg_stat_statements preloaded) every
+    section runs; what the server lacks is reported as skipped, not failed."""
+    done = subprocess.run(
+        [sys.executable, str(WHERE), "--database-url", dsn, "--runs", "2", "--reps", "1"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    for section in ("## 1. per run", "## 2. server", "## 3. client CPU", "## 4. TOAST", "## 5."):
+        assert section in done.stdout, (section, done.stdout)
+    sides = re.findall(
+        r"^(ours|peer|memory)\s+[\d.]+\s+[\d.]+\s+[\d.]+\s+[\d.]+$", done.stdout, re.M
+    )
+    assert sorted(sides) == ["memory", "ours", "peer"], done.stdout
+    # Exact counts: one put per checkpoint (14 per run) on every side.
+    assert re.search(
+        r"^  put\s+[\d.]+ \(14\.0\)\s+[\d.]+ \(14\.0\)\s+[\d.]+ \(14\.0\)", done.stdout, re.M
+    ), done.stdout
