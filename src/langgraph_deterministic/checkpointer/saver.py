@@ -55,10 +55,13 @@ from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
 from langgraph_deterministic.checkpointer import _core, _migrate
 from langgraph_deterministic.checkpointer._core import Batch, Operation, Results
+from langgraph_deterministic.checkpointer._leases import LeaseKeeper
 from langgraph_deterministic.checkpointer.contract import (
     DEFAULT_METADATA_KEYS,
+    MultitaskStrategy,
     RunContract,
     RunRecord,
+    check_strategy,
 )
 from langgraph_deterministic.errors import ConfigurationError, SaverClosedError
 
@@ -97,6 +100,10 @@ _UNSET = _Unset.UNSET
 
 def _execute(conn: Connection[Any], batch: Batch) -> Results:
     statements = batch.statements
+    if batch.wait is not None:
+        for _ in conn.notifies(timeout=batch.wait[1], stop_after=1):
+            pass
+        return []
     if not batch.atomic and len(statements) == 1 and batch.pipeline:
         (st,) = statements
         with conn.cursor(binary=True, row_factory=tuple_row) as cur:
@@ -134,6 +141,10 @@ def _execute(conn: Connection[Any], batch: Batch) -> Results:
 
 async def _aexecute(conn: AsyncConnection[Any], batch: Batch) -> Results:
     statements = batch.statements
+    if batch.wait is not None:
+        async for _ in conn.notifies(timeout=batch.wait[1], stop_after=1):
+            pass
+        return []
     if not batch.atomic and len(statements) == 1 and batch.pipeline:
         (st,) = statements
         async with conn.cursor(binary=True, row_factory=tuple_row) as cur:
@@ -203,6 +214,14 @@ class DeterministicSaver(BaseCheckpointSaver[str]):
 
     Any ``row_factory`` works (the saver reads its rows with its own). Call ``setup()`` /
     ``asetup()`` once per database to create or upgrade the tables.
+
+    ``multitask_strategy`` decides what a graph run does when another run holds its
+    thread, or the previous run stopped unfinished: ``"reject"`` (``ThreadBusyError`` /
+    ``RunUnfinishedError``), ``"enqueue"`` (wait its turn, FIFO, up to
+    ``enqueue_timeout`` seconds), ``"interrupt"`` or ``"rollback"``; ``run_config(...,
+    multitask_strategy=...)`` overrides it per call. A graph run holds its thread's lease
+    while it runs; ``lease_ttl`` (seconds) is how long a crashed worker keeps the thread
+    busy (the lease is renewed by writes and a heartbeat while the run is alive).
     """
 
     def __init__(
@@ -216,8 +235,19 @@ class DeterministicSaver(BaseCheckpointSaver[str]):
         pool_max_size: int | None = None,
         prepare_threshold: int | _Unset | None = _UNSET,
         connect_kwargs: Mapping[str, Any] | None = None,
+        multitask_strategy: MultitaskStrategy = "reject",
+        lease_ttl: float = 30.0,
+        enqueue_timeout: float = 300.0,
     ) -> None:
         super().__init__(serde=serde)
+        self.multitask_strategy: MultitaskStrategy = check_strategy(multitask_strategy)
+        if not lease_ttl > 0 or not enqueue_timeout >= 0:
+            raise ConfigurationError(
+                f"lease_ttl must be > 0 and enqueue_timeout >= 0 seconds, got {lease_ttl!r} "
+                f"and {enqueue_timeout!r}."
+            )
+        self.lease_ttl = float(lease_ttl)
+        self.enqueue_timeout = float(enqueue_timeout)
         if run_id_policy not in ("require", "warn", "off"):
             raise ConfigurationError(
                 f"run_id_policy must be 'require', 'warn' or 'off', not {run_id_policy!r}."
@@ -228,6 +258,7 @@ class DeterministicSaver(BaseCheckpointSaver[str]):
             DEFAULT_METADATA_KEYS if metadata_keys is None else frozenset(metadata_keys)
         )
         self._contract: RunContract | None = None
+        self._leases = LeaseKeeper(self._run, self._arun, lambda: self.lease_ttl)
         self._codec = _core.Codec(self.serde)
         self._dsn: str | None = None
         self._pool: ConnectionPool[Any] | None = None
@@ -509,6 +540,7 @@ class DeterministicSaver(BaseCheckpointSaver[str]):
         """Close the pools this saver created from a DSN (never a pool or connection you
         passed in); the saver cannot be used afterwards. From inside a coroutine running
         on the loop of the saver's async pool, use ``await saver.aclose()``."""
+        self._leases.close()
         guard, loop = self._apool_guard, self._apool_loop
         if guard is not None and loop is not None and not loop.is_closed():
             try:
@@ -533,6 +565,7 @@ class DeterministicSaver(BaseCheckpointSaver[str]):
     async def aclose(self) -> None:
         """Async :meth:`close`."""
         self._closed = True
+        self._leases.close()
         if self._owns_pools:
             guard, loop = self._apool_guard, self._apool_loop
             self._apool = self._apool_guard = self._apool_loop = None
@@ -620,8 +653,17 @@ class DeterministicSaver(BaseCheckpointSaver[str]):
             current is None
             or current.policy != self.run_id_policy
             or current.metadata_keys != self.metadata_keys
+            or current.multitask_strategy != self.multitask_strategy
+            or current.lease_ttl != self.lease_ttl
+            or current.enqueue_timeout != self.enqueue_timeout
         ):
-            current = self._contract = RunContract(self.run_id_policy, self.metadata_keys)
+            current = self._contract = RunContract(
+                self.run_id_policy,
+                self.metadata_keys,
+                multitask_strategy=self.multitask_strategy,
+                lease_ttl=self.lease_ttl,
+                enqueue_timeout=self.enqueue_timeout,
+            )
         return current
 
     def get_run(self, thread_id: str, run_id: str | uuid.UUID) -> RunRecord | None:
@@ -636,7 +678,9 @@ class DeterministicSaver(BaseCheckpointSaver[str]):
     # -- BaseCheckpointSaver: sync ---------------------------------------------------
 
     def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
-        return self._run(_core.get_tuple(self._codec, config, self.contract))
+        found = self._run(_core.get_tuple(self._codec, config, self.contract))
+        self._leases.bind(config, is_async=False)
+        return found
 
     def list(
         self,
@@ -668,6 +712,10 @@ class DeterministicSaver(BaseCheckpointSaver[str]):
     ) -> None:
         self._run(_core.put_writes(self._codec, config, writes, task_id, task_path, self.contract))
 
+    def put_batch(self, items: Sequence[_core.BufferedWrite]) -> str | None:
+        """:meth:`aput_batch`, sync."""
+        return self._run(_core.put_batch(self._codec, items, self.contract))
+
     def delete_thread(self, thread_id: str) -> None:
         self._run(_core.delete_thread(thread_id))
 
@@ -691,7 +739,9 @@ class DeterministicSaver(BaseCheckpointSaver[str]):
     # -- BaseCheckpointSaver: async --------------------------------------------------
 
     async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
-        return await self._arun(_core.get_tuple(self._codec, config, self.contract))
+        found = await self._arun(_core.get_tuple(self._codec, config, self.contract))
+        self._leases.bind(config, is_async=True)
+        return found
 
     async def alist(
         self,
@@ -727,6 +777,16 @@ class DeterministicSaver(BaseCheckpointSaver[str]):
         await self._arun(
             _core.put_writes(self._codec, config, writes, task_id, task_path, self.contract)
         )
+
+    async def aput_batch(self, items: Sequence[_core.BufferedWrite]) -> str | None:
+        """Store buffered ``aput``/``aput_writes`` calls of one run in one transaction.
+
+        For DeterministicRunner under a durable journal: it buffers a run's writes and
+        commits them once. Idempotent per run: when the checkpoint the run started from
+        already has a child written by the same run (an earlier commit got through),
+        nothing is written and that child's id is returned; otherwise None.
+        """
+        return await self._arun(_core.put_batch(self._codec, items, self.contract))
 
     async def adelete_thread(self, thread_id: str) -> None:
         await self._arun(_core.delete_thread(thread_id))
