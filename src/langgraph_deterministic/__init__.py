@@ -11,6 +11,8 @@ from langgraph_deterministic.errors import (
     IncompatibleLangGraphError,
     IncompatibleRestateError,
     JournalClosedError,
+    JournaledOpError,
+    JournalLimitError,
     NondeterminismError,
     RunIdRequiredError,
     RunInputMismatchError,
@@ -18,7 +20,13 @@ from langgraph_deterministic.errors import (
     SchemaNotReadyError,
     SerializationError,
 )
-from langgraph_deterministic.runner import DeterministicRunner, durable
+from langgraph_deterministic.runner import (
+    DeterministicRunner,
+    PostgresJournal,
+    durable,
+    durable_sync,
+    idempotency_key,
+)
 
 __all__ = [
     "ConcurrentRunError",
@@ -30,7 +38,10 @@ __all__ = [
     "IncompatibleLangGraphError",
     "IncompatibleRestateError",
     "JournalClosedError",
+    "JournalLimitError",
+    "JournaledOpError",
     "NondeterminismError",
+    "PostgresJournal",
     "RunIdRequiredError",
     "RunInputMismatchError",
     "RunRecord",
@@ -38,5 +49,7 @@ __all__ = [
     "SchemaNotReadyError",
     "SerializationError",
     "durable",
+    "durable_sync",
+    "idempotency_key",
     "run_config",
 ]

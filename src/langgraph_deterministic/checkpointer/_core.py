@@ -346,7 +346,10 @@ def _for_graph_run(found: CheckpointTuple, info: CallInfo) -> CheckpointTuple:
     it into every write of this run attempt, which is how the fencing tells attempts
     apart), and the run id in the form the caller used, so LangGraph's own
     ``metadata.run_id`` comparison holds for a ``uuid.UUID`` too."""
-    configurable = {**found.config["configurable"], ATTEMPT_KEY: uuid.uuid4().hex}
+    # A DeterministicRunner names its attempt itself (its durable-op journal is fenced by
+    # the same token); any other graph run gets a fresh one.
+    attempt = info.attempt or uuid.uuid4().hex
+    configurable = {**found.config["configurable"], ATTEMPT_KEY: attempt}
     metadata = found.metadata
     if (
         info.raw_run_id is not None

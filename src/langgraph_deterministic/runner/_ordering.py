@@ -120,6 +120,9 @@ class OpScheduler(Generic[H]):
         self._fatal: BaseException | None = None
         self._driver: asyncio.Task[None] | None = None
         self.stats = SchedulerStats()
+        #: what makes op keys unique beyond one run (e.g. Restate's invocation id), for
+        #: idempotency_key()
+        self.idempotency_scope = ""
 
     # -- node-task side -------------------------------------------------------------------
 
