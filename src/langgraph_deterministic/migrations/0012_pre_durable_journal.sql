@@ -61,8 +61,10 @@ $$;
 -- error, with the serialised value) if there is one; otherwise status 'run': the caller
 -- runs the op's function and stores its outcome with a conditional UPDATE (journal_complete
 -- in queries.sql), which fails if another attempt took the op over meanwhile.
--- Raises LG430 when this attempt has lost the thread: fenced by a takeover, or its
--- checkpoint was continued by another attempt.
+-- Takeover: an attempt's first claim on a thread fences off every other attempt of the
+-- same run there (the retry takes over from the zombie), and claiming an op in flight in
+-- another attempt fences that one. Raises LG430 when this attempt has lost the thread
+-- (fenced, or its checkpoint was continued by another attempt): fn never runs then.
 CREATE OR REPLACE FUNCTION lgd_journal_claim_v1(
     p_thread TEXT, p_task_ns TEXT, p_key TEXT, p_ns TEXT, p_checkpoint TEXT, p_run TEXT,
     p_attempt TEXT
@@ -77,6 +79,24 @@ BEGIN
             USING ERRCODE = 'LG430',
                   DETAIL = format('checkpoint %s in namespace %L was continued by another attempt',
                                   p_checkpoint, p_ns);
+    END IF;
+    INSERT INTO lgd_journal_attempts AS a (thread_id, attempt, run_id)
+    VALUES (p_thread, p_attempt, p_run)
+    ON CONFLICT (thread_id, attempt) DO NOTHING;
+    IF FOUND AND p_run IS NOT NULL THEN
+        UPDATE lgd_journal_attempts a SET fenced_by = p_attempt, fenced_at = clock_timestamp()
+        WHERE a.thread_id = p_thread AND a.run_id = p_run AND a.attempt <> p_attempt
+          AND a.fenced_by IS NULL;
+    END IF;
+    -- The share lock orders this claim after any takeover of this attempt that is
+    -- committing: once a takeover has committed, no claim of the fenced attempt succeeds.
+    SELECT a.fenced_by INTO fenced FROM lgd_journal_attempts a
+    WHERE a.thread_id = p_thread AND a.attempt = p_attempt
+    FOR SHARE;
+    IF fenced IS NOT NULL THEN
+        RAISE EXCEPTION 'lgd: attempt fenced off'
+            USING ERRCODE = 'LG430',
+                  DETAIL = format('attempt %s of the run took over from this attempt', fenced);
     END IF;
     INSERT INTO lgd_journal AS j (thread_id, task_ns, op_key, checkpoint_ns, checkpoint_id,
                                   run_id, attempt, status)
@@ -100,17 +120,6 @@ BEGIN
         UPDATE lgd_journal j SET attempt = p_attempt, run_id = p_run,
                                  executions = j.executions + 1, claimed_at = clock_timestamp()
         WHERE j.thread_id = p_thread AND j.task_ns = p_task_ns AND j.op_key = p_key;
-    END IF;
-    INSERT INTO lgd_journal_attempts AS a (thread_id, attempt, run_id)
-    VALUES (p_thread, p_attempt, p_run)
-    ON CONFLICT (thread_id, attempt) DO NOTHING;
-    SELECT a.fenced_by INTO fenced FROM lgd_journal_attempts a
-    WHERE a.thread_id = p_thread AND a.attempt = p_attempt
-    FOR SHARE;
-    IF fenced IS NOT NULL THEN
-        RAISE EXCEPTION 'lgd: attempt fenced off'
-            USING ERRCODE = 'LG430',
-                  DETAIL = format('attempt %s took over an op of this attempt', fenced);
     END IF;
     RETURN QUERY SELECT 'run'::text, NULL::text, NULL::bytea, clock_timestamp();
 END

@@ -103,6 +103,7 @@ class OpRef:
 class JournalStats:
     """What one run did with the journal (``runner.last_stats``), for tests and benchmarks."""
 
+    attempt: str = ""
     executed: list[str] = field(default_factory=list)
     replayed: list[str] = field(default_factory=list)
     fenced: list[str] = field(default_factory=list)
@@ -199,7 +200,7 @@ class _Session:
         self._journal = journal
         self._saver = journal.saver
         self.attempt = attempt
-        self.stats = JournalStats()
+        self.stats = JournalStats(attempt=attempt)
         self._lock = threading.Lock()  # sync nodes run in LangGraph's thread pool
         self._counters: dict[tuple[str, int], dict[str, int]] = {}
         self._inflight: set[tuple[str, str]] = set()
