@@ -198,3 +198,50 @@ def test_two_processes_running_the_same_run_at_once(db: str, tmp_path: Path) -> 
         f"ops the losers ran before the takeover {loser_ops}; ops run twice (in flight "
         f"at a takeover) {duplicate_runs}"
     )
+
+
+AGENT = Path(__file__).with_name("_agent_worker.py")
+
+
+def test_create_agent_with_the_middleware_sigkilled_mid_tool(db: str, tmp_path: Path) -> None:
+    thread = "agent-kill"
+    release = tmp_path / "release-agent"
+    env = {**os.environ, "LGD_RELEASE": str(release), "LGD_PAUSE_OP": "slow"}
+    proc = subprocess.Popen(
+        [sys.executable, str(AGENT), db, thread, "job-1"],
+        env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    _STARTED.append(proc)
+    wait_for(db, thread, "start:slow", 1, proc)
+    wait_for(db, thread, "done:fast_a", 1, proc)
+    wait_for(db, thread, "done:fast_b", 1, proc)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait(timeout=30)
+    assert Counter(e[1] for e in effects(db, thread))["model"] == 1
+
+    env.pop("LGD_PAUSE_OP")
+    retry = subprocess.Popen(
+        [sys.executable, str(AGENT), db, thread, "job-1"],
+        env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    _STARTED.append(retry)
+    out, err = retry.communicate(timeout=120)
+    assert retry.returncode == 0, err
+    answer, stats_line = out.strip().splitlines()[-2:]
+    assert answer == "answer from result of fast_a, result of fast_b, result of slow"
+    seen = Counter(e[1] for e in effects(db, thread))
+    # the first model call and the two finished tools ran once; the killed tool once more;
+    # the retry called the model once, for the answer
+    assert seen["model"] == 2
+    assert seen["start:fast_a"] == seen["start:fast_b"] == 1
+    assert seen["start:slow"] == 2 and seen["done:slow"] == 1
+    stats = json.loads(stats_line)
+    assert sorted(stats["executed"]) == ["model#0", "tool:slow:call-slow#0"]
+    with psycopg.connect(db) as conn:
+        ops = dict(
+            conn.execute(
+                "SELECT op_key, executions FROM lgd_journal WHERE thread_id = %s AND status = 'ok'",
+                (thread,),
+            ).fetchall()
+        )
+    assert ops["tool:slow:call-slow#0"] == 2 and ops["tool:fast_a:call-fast_a#0"] == 1
