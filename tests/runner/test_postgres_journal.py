@@ -487,3 +487,17 @@ def test_sync_api_needs_a_keyed_journal() -> None:
     runner = DeterministicRunner(journal=FakeJournal(FakeAttempt(Store(), io_ticks=lambda n: 1)))
     with pytest.raises(ConfigurationError, match="keyed journal"):
         runner.invoke(StateGraph(S), {})
+
+
+def test_async_commit_stores_outcomes_the_same_way(saver: DeterministicSaver, db: str) -> None:
+    ops = Ops()
+    graph = two_op_graph(ops).compile(checkpointer=saver)
+    runner = DeterministicRunner(journal=PostgresJournal(saver, synchronous_commit=False))
+    ops.crash_at = "second"
+    with pytest.raises(Crash):
+        runner.invoke(graph, {"r": []}, run_config("t-async-commit", "run-1"))
+    runner.invoke(graph, {"r": []}, run_config("t-async-commit", "run-1"))
+    assert ops.calls == {"first": 1, "second": 2}
+    assert journal_rows(db, "t-async-commit") == [("first#0", "ok", 1), ("second#0", "ok", 2)]
+    with psycopg.connect(db) as conn:  # the setting was local to the journal's transaction
+        assert conn.execute("SHOW synchronous_commit").fetchone() == ("on",)

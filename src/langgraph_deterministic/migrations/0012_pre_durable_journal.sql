@@ -74,6 +74,10 @@ DECLARE
     found_row lgd_journal;
     fenced TEXT;
 BEGIN
+    -- A claim need not survive a server crash (a lost claim is an op not yet claimed, and
+    -- the next durable commit flushes it anyway): skip the WAL flush wait. Only the
+    -- outcome write pays it, so a new op costs one flush, as a checkpoint write does.
+    PERFORM set_config('synchronous_commit', 'off', true);
     IF lgd_journal_lost_v1(p_thread, p_ns, p_checkpoint, p_attempt) THEN
         RAISE EXCEPTION 'lgd: attempt lost the thread'
             USING ERRCODE = 'LG430',

@@ -142,11 +142,18 @@ def _claim(ref: OpRef) -> Generator[Batch, Any, tuple[str, str | None, bytes | N
     raise AssertionError("unreachable")  # pragma: no cover
 
 
+_ASYNC_COMMIT = Statement("SELECT set_config('synchronous_commit', 'off', true)")
+
+
 def _complete(
-    ref: OpRef, status: str, type_: str, blob: bytes
+    ref: OpRef, status: str, type_: str, blob: bytes, synchronous: bool = True
 ) -> Generator[Batch, Any, None]:
     params = {**ref.params(), "status": status, "type": type_, "blob": blob}
-    (rows,) = yield Batch((Statement(queries()["journal_complete"], params, fetch=True),))
+    update = Statement(queries()["journal_complete"], params, fetch=True)
+    if synchronous:
+        (rows,) = yield Batch((update,))
+    else:  # one pipeline, one implicit transaction: still one round trip
+        _, rows = yield Batch.write(_ASYNC_COMMIT, update)
     if not rows:
         raise ConcurrentRunError(
             f"The outcome of durable op {ref.op_key!r} of task {ref.task_ns!r} on thread "
@@ -199,6 +206,7 @@ class _Session:
     def __init__(self, journal: PostgresJournal, attempt: str) -> None:
         self._journal = journal
         self._saver = journal.saver
+        self._sync_commit = journal.synchronous_commit
         self.attempt = attempt
         self.stats = JournalStats(attempt=attempt)
         self._lock = threading.Lock()  # sync nodes run in LangGraph's thread pool
@@ -327,14 +335,14 @@ class _Session:
             if self._journal.is_terminal(exc) and not _never_stored(exc):
                 self.stats.round_trips += 1
                 await self._saver._arun(
-                    _complete(ref, "error", _ERROR_TYPE, _dump_error(exc))
+                    _complete(ref, "error", _ERROR_TYPE, _dump_error(exc), self._sync_commit)
                 )
             raise
         finally:
             self._end(ref, tokens)
         type_, blob = self._encode(ref, value)
         self.stats.round_trips += 1
-        await self._saver._arun(_complete(ref, "ok", type_, blob))
+        await self._saver._arun(_complete(ref, "ok", type_, blob, self._sync_commit))
         return value
 
     def run_op(
@@ -367,14 +375,14 @@ class _Session:
             if self._journal.is_terminal(exc) and not _never_stored(exc):
                 with self._lock:
                     self.stats.round_trips += 1
-                self._saver._run(_complete(ref, "error", _ERROR_TYPE, _dump_error(exc)))
+                self._saver._run(_complete(ref, "error", _ERROR_TYPE, _dump_error(exc), self._sync_commit))
             raise
         finally:
             self._end(ref, tokens)
         type_, blob = self._encode(ref, value)
         with self._lock:
             self.stats.round_trips += 1
-        self._saver._run(_complete(ref, "ok", type_, blob))
+        self._saver._run(_complete(ref, "ok", type_, blob, self._sync_commit))
         return value
 
 
@@ -399,6 +407,11 @@ class PostgresJournal:
     ``is_terminal(exc)``: which failures of an op's function are its outcome, stored and
     raised again on a retry without running it; others (by default what LangGraph's
     default retry policy retries, e.g. ``ConnectionError``) are not stored.
+    ``synchronous_commit=False``: an op's outcome is stored without waiting for the WAL
+    flush (Postgres' ``synchronous_commit = off`` for that one transaction). A killed
+    *worker* loses nothing; a crash of the *Postgres server* within its WAL writer delay
+    (200 ms by default) can lose the newest outcomes, and those ops run again (use
+    idempotency keys). The claim before an op never waits for the flush.
     """
 
     keyed = True
@@ -409,6 +422,7 @@ class PostgresJournal:
         *,
         max_result_bytes: int | None = 8 * 1024 * 1024,
         is_terminal: Callable[[BaseException], bool] | None = None,
+        synchronous_commit: bool = True,
     ) -> None:
         from langgraph_deterministic.checkpointer.saver import DeterministicSaver
 
@@ -423,6 +437,7 @@ class PostgresJournal:
         self.saver = saver
         self.max_result_bytes = max_result_bytes
         self.is_terminal = is_terminal or _default_terminal
+        self.synchronous_commit = synchronous_commit
 
     def open_session(self, attempt: str | None = None) -> _Session:
         """A session for one runner call; ``attempt`` is the call's attempt token."""
