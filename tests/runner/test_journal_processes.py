@@ -140,8 +140,10 @@ def test_sigkill_during_op2_then_retry_in_another_process(
 
 
 def test_two_processes_running_the_same_run_at_once(db: str, tmp_path: Path) -> None:
-    """30 trials: no op runs after its result was journaled, and the fenced attempt claims
-    no op after the takeover; one attempt finishes the run."""
+    """30 trials: a worker dies inside the fan-out, then two retries of the run start at
+    the same moment (a redelivery while the first retry runs). No op runs after its result
+    was journaled, and the fenced attempt claims no op after the takeover; one attempt
+    finishes the run."""
     trials = int(os.environ.get("LGD_RACE_TRIALS", "30"))
     outcomes: Counter[str] = Counter()
     duplicate_runs = 0
@@ -149,6 +151,10 @@ def test_two_processes_running_the_same_run_at_once(db: str, tmp_path: Path) -> 
     loser_ops = 0
     for trial in range(trials):
         thread = f"race-{trial}"
+        first = start(db, "fanout", thread, "job-1", tmp_path, pause="op2")
+        wait_for(db, thread, "start:op1", 1 + trial % 5, first)
+        os.kill(first.pid, signal.SIGKILL)
+        first.wait(timeout=30)
         go = tmp_path / f"go-{trial}"
         procs = [
             start(db, "fanout", thread, "job-1", tmp_path, jitter=True, go=go) for _ in range(2)
@@ -195,8 +201,8 @@ def test_two_processes_running_the_same_run_at_once(db: str, tmp_path: Path) -> 
         assert json.loads(winner[1].splitlines()[0]) == SHAPES["fanout"][2]
     print(
         f"race: exit codes {dict(outcomes)}; trials with a fenced attempt {fenced_trials}; "
-        f"ops the losers ran before the takeover {loser_ops}; ops run twice (in flight "
-        f"at a takeover) {duplicate_runs}"
+        f"ops the losers ran before the takeover {loser_ops}; extra runs of ops in flight at "
+        f"the kill or a takeover {duplicate_runs}"
     )
 
 
