@@ -119,3 +119,16 @@ def test_cost_breakdown_counts_round_trips_and_statements(dsn: str) -> None:
     for op in ("put", "put_writes", "get_tuple", "list100"):
         assert rows[op, "ours"][0] == 1, (op, rows[op, "ours"], done.stdout)
     assert rows["graph_sync", "ours"][0] <= rows["graph_sync", "peer"][0], done.stdout
+
+
+def test_journal_benchmark_reports_every_workload(dsn: str) -> None:
+    """benchmarks/bench_journal.py keeps working (no timing asserted)."""
+    bench = BENCH.with_name("bench_journal.py")
+    done = subprocess.run(
+        [sys.executable, str(bench), "--rounds", "1", "--runs", "1", "--dsn", dsn],
+        capture_output=True, text=True, timeout=240, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    rows = re.findall(r"ratio ([\d.]+)x .* (\d\.\d\d) round trips/op", done.stdout)
+    assert len(rows) == 5, done.stdout
+    assert all(float(r) > 0 and float(t) == 2.0 for r, t in rows), rows
