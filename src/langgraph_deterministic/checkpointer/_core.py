@@ -141,8 +141,15 @@ def translate_error(exc: BaseException) -> BaseException:
             "`langgraph-deterministic migrate`) once against this database before use."
         )
     if isinstance(exc, psycopg.OperationalError) and _is_connection_failure(exc):
+        # The server's (or the pooler's) own reason is in the message: keep it whole.
+        reason = str(exc).strip()
+        if "authentication failed" in reason or (exc.sqlstate or "").startswith("28"):
+            return DatabaseUnavailableError(
+                f"Postgres refused the login: {reason}. Check the user and password in the "
+                "DSN (and the pooler's userlist, behind PgBouncer)."
+            )
         return DatabaseUnavailableError(
-            f"Could not reach Postgres: {str(exc).strip()}. Check that the server is "
+            f"Could not reach Postgres: {reason}. Check that the server is "
             "running and that the DSN (host, port, user, password, dbname) is right."
         )
     if isinstance(exc, psycopg.ProgrammingError) and "conninfo" in str(exc).lower():
@@ -235,6 +242,39 @@ def next_version(current: str | int | None) -> str:
 # --- operations -------------------------------------------------------------------
 
 
+# Postgres refuses a btree entry over ~2.7 KB (a third of a page). thread_id shares index
+# entries with checkpoint_ns (the checkpoint, blob and write keys) and with run_id (the run
+# ledger's key); the sum of each pair is bounded well below the limit, leaving room for the
+# other key columns and the tuple header.
+MAX_KEY_BYTES = 2048
+
+
+def check_key_sizes(thread_id: str, ns: str, run_id: str | None) -> None:
+    """Refuse ids too long to index, before anything is written (Postgres would raise
+    ProgramLimitExceeded at the first index insert, after earlier statements landed)."""
+    thread = len(thread_id.encode())
+    sizes = {"checkpoint_ns": len(ns.encode()), "run_id": len(run_id.encode()) if run_id else 0}
+    for other, size in sizes.items():
+        if thread + size > MAX_KEY_BYTES:
+            raise ConfigurationError(
+                f"The ids of this call are too long to index (thread_id {thread} bytes, "
+                f"{other} {size} bytes; at most {MAX_KEY_BYTES} bytes together): Postgres "
+                "cannot store a btree entry that large. Use shorter ids (e.g. a hash of a "
+                "long natural key). Nothing was run or written."
+            )
+
+
+def _refuse_missing_checkpoint(thread_id: str, checkpoint_id: str) -> None:
+    raise ConfigurationError(
+        f"Checkpoint {checkpoint_id} does not exist on thread {thread_id!r} (it was never "
+        "written, or it was pruned or deleted). Running from it would start an empty "
+        "conversation that names the missing checkpoint as its parent, and the thread's "
+        "history would fall off the chain. Nothing was run. Address a checkpoint that exists "
+        "(see graph.get_state_history), or leave checkpoint_id out to continue from the "
+        "thread's latest checkpoint."
+    )
+
+
 def _thread_ns(config: RunnableConfig) -> tuple[str, str]:
     configurable = config.get("configurable") or {}
     if "thread_id" not in configurable:
@@ -278,6 +318,8 @@ def get_tuple(
     thread_id, ns = _thread_ns(config)
     select = queries()["select_checkpoint"]
     info = contract.call_info(config, thread_id, ns) if contract is not None else None
+    if info is not None and info.in_graph_run:
+        check_key_sizes(thread_id, ns, info.run_id)
     if info is not None and contract is not None and contract.checks_start(info):
         # A graph run loading its thread: the start checks, decided before LangGraph
         # applies any input. The ledger row rides along in the same statement (it is
@@ -318,6 +360,8 @@ def get_tuple(
         params = (thread_id, ns)
     (rows,) = yield Batch.read(sql, params)
     if not rows:
+        if checkpoint_id and info is not None and info.in_graph_run and info.root:
+            _refuse_missing_checkpoint(thread_id, checkpoint_id)
         return None
     if (
         checkpoint_id
@@ -391,18 +435,29 @@ def list_checkpoints(
     if before is not None and (before_id := get_checkpoint_id(before)):
         wheres.append("c.checkpoint_id < %s")
         params.append(before_id)
-    sql = queries()["select_checkpoint"]
-    if wheres:
-        sql += "\nWHERE " + " AND ".join(wheres)
-    sql += "\nORDER BY c.checkpoint_id DESC"
+    where = ("WHERE " + " AND ".join(wheres)) if wheres else ""
     if limit is not None:
-        sql += " LIMIT %s"
         params.append(int(limit))
-    (rows,) = yield Batch.read(sql, params)
+    (rows,) = yield Batch.read(_list_sql(where, limit is not None), params)
     if not rows:
         return []
     yield from _with_pending_sends(codec, rows)
     return [load_tuple(codec, r) for r in rows]
+
+
+@cache
+def _list_sql(where: str, limited: bool) -> str:
+    """select_checkpoint over the page of checkpoints only: the rows are chosen, sorted
+    and cut to ``limit`` first, and only they get their blobs and writes. Joined before
+    the sort, every matching checkpoint's blobs would be loaded and sorted (a thread's
+    whole history for a list without checkpoint_ns, all of them for a global filter)."""
+    page = queries()["list_page"].replace("{where}", where)
+    if limited:
+        page += " LIMIT %s"
+    select = queries()["select_checkpoint"]
+    source = "FROM checkpoints c\n"
+    assert source in select, "select_checkpoint must read `FROM checkpoints c`"
+    return select.replace(source, f"FROM ({page}) c\n", 1) + "\nORDER BY c.checkpoint_id DESC"
 
 
 def put(
@@ -419,6 +474,10 @@ def put(
         contract = _NO_CONTRACT
     info = contract.call_info(config, thread_id, ns)
     contract.require_run_id(info, "A checkpoint write")
+    stored_run_id = metadata.get(RUN_ID_KEY)
+    check_key_sizes(
+        thread_id, ns, info.run_id or (str(stored_run_id) if stored_run_id is not None else None)
+    )
     stored = checkpoint.copy()
     inline = stored["channel_values"] = dict(checkpoint["channel_values"])
     # Primitives stay inline in the checkpoint row (as the peer does); everything else
@@ -477,6 +536,7 @@ def put_writes(
         contract = _NO_CONTRACT
     info = contract.call_info(config, thread_id, ns)
     contract.require_run_id(info, "A pending write")
+    check_key_sizes(thread_id, ns, info.run_id)
     checkpoint_id = config["configurable"]["checkpoint_id"]
     rows = []
     for idx, (channel, value) in enumerate(writes):
@@ -572,7 +632,10 @@ def delete_for_runs(run_ids: Sequence[str]) -> Operation[None]:
     ids = [str(r) for r in run_ids]
     if not ids:
         return
-    yield Batch.write(Statement(queries()["delete_for_runs"], {"run_ids": ids}, prepare=False))
+    yield Batch.write(
+        Statement(queries()["no_jit"], prepare=False),
+        Statement(queries()["delete_for_runs"], {"run_ids": ids}, prepare=False),
+    )
 
 
 def copy_thread(source: str, target: str) -> Operation[None]:
@@ -671,15 +734,16 @@ def delta_history(
 def run(operation: Operation[T], execute: Callable[[Batch], Results]) -> T:
     """Drive ``operation`` with a synchronous ``execute(batch) -> results``.
 
-    A failed batch is thrown into the operation, so it can clean up (release a lock)
-    with one more batch before the error propagates.
+    A failed or interrupted batch (an error, Ctrl-C, a cancelled task: psycopg cancels
+    the query and leaves the connection usable) is thrown into the operation, so it can
+    clean up (release a lock) with one more batch before the error propagates.
     """
     try:
         batch = next(operation)
         while True:
             try:
                 results = execute(batch)
-            except Exception as exc:
+            except BaseException as exc:  # also KeyboardInterrupt: the operation cleans up
                 batch = operation.throw(exc)
             else:
                 batch = operation.send(results)
@@ -694,7 +758,7 @@ async def arun(operation: Operation[T], execute: Callable[[Batch], Awaitable[Res
         while True:
             try:
                 results = await execute(batch)
-            except Exception as exc:
+            except BaseException as exc:  # also CancelledError: the operation cleans up
                 batch = operation.throw(exc)
             else:
                 batch = operation.send(results)

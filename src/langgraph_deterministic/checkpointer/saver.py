@@ -9,17 +9,31 @@ connection is shared under a lock, since one connection runs one transaction at 
 from __future__ import annotations
 
 import asyncio
+import dis
+import enum
+import inspect
 import logging
 import threading
 import uuid
-from collections.abc import AsyncIterator, Iterable, Iterator, Mapping, Sequence
+import weakref
+from collections.abc import (
+    AsyncGenerator,
+    AsyncIterator,
+    Callable,
+    Iterable,
+    Iterator,
+    Mapping,
+    Sequence,
+)
 from contextlib import (
     AbstractAsyncContextManager,
     AbstractContextManager,
     asynccontextmanager,
     contextmanager,
     nullcontext,
+    suppress,
 )
+from functools import partial
 from types import TracebackType
 from typing import Any, Literal, TypeVar
 
@@ -35,6 +49,8 @@ from langgraph.checkpoint.base import (
 )
 from langgraph.checkpoint.serde.base import SerializerProtocol
 from psycopg import AsyncConnection, Connection
+from psycopg.conninfo import conninfo_to_dict
+from psycopg.rows import tuple_row
 from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
 from langgraph_deterministic.checkpointer import _core, _migrate
@@ -44,7 +60,7 @@ from langgraph_deterministic.checkpointer.contract import (
     RunContract,
     RunRecord,
 )
-from langgraph_deterministic.errors import ConfigurationError
+from langgraph_deterministic.errors import ConfigurationError, SaverClosedError
 
 logger = logging.getLogger("langgraph_deterministic")
 
@@ -54,26 +70,46 @@ ConnectionSource = (
     str | Connection[Any] | AsyncConnection[Any] | ConnectionPool[Any] | AsyncConnectionPool[Any]
 )
 
-# Owned pools: autocommit so a read is one round trip (no BEGIN/COMMIT around it).
-_CONNECT_KWARGS: dict[str, Any] = {"autocommit": True}
+# An operation that needs the session's client-side backend pid (see _setup).
+OnSession = Callable[[int], Operation[T]]
+
+# Connect timeout of a DSN saver's first connection when neither the DSN nor
+# connect_kwargs set one.
 _PROBE_TIMEOUT = 10
+
+# A pooler (PgBouncer, RDS Proxy, Supavisor) answers the startup with a backend pid of its
+# own: a pid the server does not confirm means the connection is not direct.
+_BACKEND_PID_SQL = "SELECT pg_backend_pid()"
+
+
+class _Unset(enum.Enum):
+    UNSET = enum.auto()
+
+
+_UNSET = _Unset.UNSET
 
 
 # --- the two drivers: execute one batch -------------------------------------------
+# Every cursor is opened with our own row factory: the core reads rows as tuples whatever
+# the connection's own factory is (LangGraph documents dict_row; namedtuple_row, class_row
+# and the default must work the same).
 
 
 def _execute(conn: Connection[Any], batch: Batch) -> Results:
     statements = batch.statements
     if not batch.atomic and len(statements) == 1 and batch.pipeline:
         (st,) = statements
-        with conn.cursor(binary=True) as cur:
+        with conn.cursor(binary=True, row_factory=tuple_row) as cur:
             cur.execute(st.sql, st.params, prepare=st.prepare)
             return [cur.fetchall() if st.fetch else None]
     if not batch.pipeline:
         # DDL and statements that must not run inside a pipeline (multi-statement
         # migration files, CREATE INDEX CONCURRENTLY). Text cursor: simple protocol.
         results: Results = []
-        with _transaction(conn, batch) if batch.atomic else nullcontext(), conn.cursor() as cur:
+        with (
+            _transaction(conn, batch) if batch.atomic else nullcontext(),
+            conn.cursor(row_factory=tuple_row) as cur,
+        ):
             for st in statements:
                 cur.execute(st.sql, st.params, prepare=st.prepare)
                 results.append(cur.fetchall() if st.fetch else None)
@@ -85,7 +121,7 @@ def _execute(conn: Connection[Any], batch: Batch) -> Results:
     # exit). Only a batch that sets an isolation level needs an explicit transaction.
     with conn.pipeline(), _transaction(conn, batch) if batch.isolation else nullcontext():
         for st in statements:
-            cur = conn.cursor(binary=True)
+            cur = conn.cursor(binary=True, row_factory=tuple_row)
             if st.many:
                 cur.executemany(st.sql, st.params)  # type: ignore[arg-type]
             else:
@@ -100,14 +136,14 @@ async def _aexecute(conn: AsyncConnection[Any], batch: Batch) -> Results:
     statements = batch.statements
     if not batch.atomic and len(statements) == 1 and batch.pipeline:
         (st,) = statements
-        async with conn.cursor(binary=True) as cur:
+        async with conn.cursor(binary=True, row_factory=tuple_row) as cur:
             await cur.execute(st.sql, st.params, prepare=st.prepare)
             return [await cur.fetchall() if st.fetch else None]
     if not batch.pipeline:
         results: Results = []
         async with (
             _atransaction(conn, batch) if batch.atomic else nullcontext(),
-            conn.cursor() as cur,
+            conn.cursor(row_factory=tuple_row) as cur,
         ):
             for st in statements:
                 await cur.execute(st.sql, st.params, prepare=st.prepare)
@@ -117,7 +153,7 @@ async def _aexecute(conn: AsyncConnection[Any], batch: Batch) -> Results:
     # One implicit transaction per pipeline sync; see _execute.
     async with conn.pipeline(), _atransaction(conn, batch) if batch.isolation else nullcontext():
         for st in statements:
-            cur = conn.cursor(binary=True)
+            cur = conn.cursor(binary=True, row_factory=tuple_row)
             if st.many:
                 await cur.executemany(st.sql, st.params)  # type: ignore[arg-type]
             else:
@@ -155,13 +191,18 @@ class DeterministicSaver(BaseCheckpointSaver[str]):
     ``conn`` is one of:
 
     * a DSN string: the saver owns a connection pool per API it is used with. Use it as a
-      context manager (``with`` / ``async with``) or call ``close()`` / ``aclose()``;
-    * a ``psycopg_pool.ConnectionPool`` or ``AsyncConnectionPool``: concurrent calls run
-      on separate connections, in parallel;
+      context manager (``with`` / ``async with``) or call ``close()`` / ``aclose()``.
+      ``pool_min_size``, ``pool_max_size``, ``prepare_threshold`` (``None`` behind
+      PgBouncer in transaction mode) and ``connect_kwargs`` (any psycopg connection
+      keyword) configure those pools;
+    * a ``psycopg_pool.ConnectionPool`` or ``AsyncConnectionPool`` created with
+      ``kwargs={"autocommit": True, ...}``: concurrent calls run on separate connections,
+      in parallel;
     * a ``psycopg.Connection`` or ``AsyncConnection`` with ``autocommit=True``: calls
       share it one at a time.
 
-    Call ``setup()`` / ``asetup()`` once per database to create or upgrade the tables.
+    Any ``row_factory`` works (the saver reads its rows with its own). Call ``setup()`` /
+    ``asetup()`` once per database to create or upgrade the tables.
     """
 
     def __init__(
@@ -170,8 +211,11 @@ class DeterministicSaver(BaseCheckpointSaver[str]):
         *,
         run_id_policy: RunIdPolicy = "require",
         serde: SerializerProtocol | None = None,
-        pool_max_size: int = 10,
         metadata_keys: Iterable[str] | None = None,
+        pool_min_size: int | None = None,
+        pool_max_size: int | None = None,
+        prepare_threshold: int | _Unset | None = _UNSET,
+        connect_kwargs: Mapping[str, Any] | None = None,
     ) -> None:
         super().__init__(serde=serde)
         if run_id_policy not in ("require", "warn", "off"):
@@ -188,20 +232,50 @@ class DeterministicSaver(BaseCheckpointSaver[str]):
         self._dsn: str | None = None
         self._pool: ConnectionPool[Any] | None = None
         self._apool: AsyncConnectionPool[Any] | None = None
+        self._apool_guard: AsyncGenerator[None, None] | None = None
+        self._apool_loop: asyncio.AbstractEventLoop | None = None
         self._conn: Connection[Any] | None = None
         self._aconn: AsyncConnection[Any] | None = None
         self._owns_pools = False
-        self._pool_max_size = pool_max_size
+        self._closed = False
+        # A pool whose kwargs cannot tell (a configure callback, callable kwargs): check
+        # each connection it hands out (an attribute read, no round trip).
+        self._check_pool = False
         self._lock = threading.Lock()  # guards a single shared Connection / pool creation
         self._alock: asyncio.Lock | None = None  # guards a single shared AsyncConnection
         self._loop: asyncio.AbstractEventLoop | None = None
+        pool_options = {
+            "pool_min_size": pool_min_size,
+            "pool_max_size": pool_max_size,
+            "connect_kwargs": connect_kwargs,
+        }
+        given = [k for k, v in pool_options.items() if v is not None]
+        if prepare_threshold is not _UNSET:
+            given.append("prepare_threshold")
+        if given and not isinstance(conn, str):
+            raise ConfigurationError(
+                f"{', '.join(given)} configure the pools a DSN saver creates; this saver was "
+                f"given a {type(conn).__name__}. Set them on it instead (for a pool: "
+                'kwargs={"autocommit": True, "prepare_threshold": ...}, min_size, max_size).'
+            )
         if isinstance(conn, str):
             self._dsn = conn
             self._owns_pools = True
             _check_dsn(conn)
+            self._pool_min_size = 1 if pool_min_size is None else pool_min_size
+            self._pool_max_size = 10 if pool_max_size is None else pool_max_size
+            if not 0 <= self._pool_min_size <= self._pool_max_size or self._pool_max_size < 1:
+                raise ConfigurationError(
+                    f"pool_min_size={self._pool_min_size} and pool_max_size="
+                    f"{self._pool_max_size} are not a valid pool size: need "
+                    "0 <= pool_min_size <= pool_max_size and pool_max_size >= 1."
+                )
+            self._connect_kwargs = _owned_connect_kwargs(connect_kwargs, prepare_threshold)
         elif isinstance(conn, ConnectionPool):
+            self._check_pool = _require_pool_autocommit(conn)
             self._pool = conn
         elif isinstance(conn, AsyncConnectionPool):
+            self._check_pool = _require_pool_autocommit(conn)
             self._apool = conn
         elif isinstance(conn, Connection):
             _require_autocommit(conn)
@@ -216,40 +290,116 @@ class DeterministicSaver(BaseCheckpointSaver[str]):
                 "(Async)ConnectionPool."
             )
 
+    @classmethod
+    def from_conn_string(
+        cls,
+        conn_string: str,
+        *,
+        pipeline: bool = False,
+        run_id_policy: RunIdPolicy = "require",
+        serde: SerializerProtocol | None = None,
+        metadata_keys: Iterable[str] | None = None,
+        pool_min_size: int | None = None,
+        pool_max_size: int | None = None,
+        prepare_threshold: int | _Unset | None = _UNSET,
+        connect_kwargs: Mapping[str, Any] | None = None,
+    ) -> DeterministicSaver:
+        """The peer's constructor: ``with DeterministicSaver.from_conn_string(dsn) as saver``
+        (or ``async with``; one saver serves both APIs). It owns its pools and closes them
+        when the block ends. ``pipeline`` is accepted for compatibility: this saver always
+        sends a call's statements in one pipeline."""
+        del pipeline
+        return cls(
+            conn_string,
+            run_id_policy=run_id_policy,
+            serde=serde,
+            metadata_keys=metadata_keys,
+            pool_min_size=pool_min_size,
+            pool_max_size=pool_max_size,
+            prepare_threshold=prepare_threshold,
+            connect_kwargs=connect_kwargs,
+        )
+
     # -- connections ---------------------------------------------------------------
 
+    def _refuse_if_closed(self) -> None:
+        if self._closed:
+            raise SaverClosedError(
+                "This DeterministicSaver was closed (close()/aclose(), or its with-block "
+                "ended); it no longer has connections. Create a new saver, or keep using "
+                "it inside its with-block."
+            )
+
     def _sync_pool(self) -> ConnectionPool[Any] | None:
+        self._refuse_if_closed()
         if self._pool is None and self._dsn is not None:
             with self._lock:
                 if self._pool is None:
-                    self._pool = ConnectionPool(
+                    # Connect once directly first: a pool retries a refused connection
+                    # until its timeout and then reports only that it timed out.
+                    direct = _probe(self._dsn, self._connect_kwargs)
+                    pool: ConnectionPool[Any] = ConnectionPool(
                         self._dsn,
-                        min_size=1,
+                        min_size=self._pool_min_size,
                         max_size=self._pool_max_size,
-                        kwargs=_CONNECT_KWARGS,
+                        kwargs=self._pool_kwargs(direct),
                         open=False,
                         name="langgraph-deterministic",
                     )
-                    self._pool.open(wait=False)
+                    pool.open(wait=False)
+                    self._pool = pool
         return self._pool
 
     async def _async_pool(self) -> AsyncConnectionPool[Any] | None:
+        self._refuse_if_closed()
         if self._apool is None and self._dsn is not None:
-            pool: AsyncConnectionPool[Any] = AsyncConnectionPool(
-                self._dsn,
-                min_size=1,
-                max_size=self._pool_max_size,
-                kwargs=_CONNECT_KWARGS,
-                open=False,
-                name="langgraph-deterministic-async",
-            )
-            if self._apool is None:  # no await since the check: no other task got here
-                self._apool = pool
-                await pool.open(wait=False)
+            if self._alock is None:
+                self._alock = asyncio.Lock()
+            async with self._alock:
+                if self._apool is None:
+                    direct = await _aprobe(self._dsn, self._connect_kwargs)
+                    self._refuse_if_closed()
+                    opened: weakref.WeakSet[AsyncConnection[Any]] = weakref.WeakSet()
+
+                    async def track(conn: AsyncConnection[Any]) -> None:
+                        opened.add(conn)
+
+                    pool: AsyncConnectionPool[Any] = AsyncConnectionPool(
+                        self._dsn,
+                        min_size=self._pool_min_size,
+                        max_size=self._pool_max_size,
+                        kwargs=self._pool_kwargs(direct),
+                        configure=track,
+                        open=False,
+                        name="langgraph-deterministic-async",
+                    )
+                    await pool.open(wait=False)
+                    # Closed with its event loop: asyncio.run() finalises open async
+                    # generators before it closes the loop, so a saver used without
+                    # `async with` still leaves no pool workers or connections behind.
+                    guard = _close_with_loop(pool, opened, self._forget_async_pool)
+                    await anext(guard)
+                    self._apool, self._apool_guard = pool, guard
+                    self._apool_loop = asyncio.get_running_loop()
         return self._apool
+
+    def _pool_kwargs(self, direct: bool) -> dict[str, Any]:
+        """Behind a pooler (found by the first connection), a DSN saver prepares nothing
+        unless told otherwise: PgBouncer before 1.21 in transaction mode cannot route a
+        prepared statement's EXECUTE to the session that prepared it."""
+        if direct or "prepare_threshold" in self._connect_kwargs:
+            return self._connect_kwargs
+        return {**self._connect_kwargs, "prepare_threshold": None}
+
+    def _forget_async_pool(self, pool: AsyncConnectionPool[Any]) -> None:
+        """Its event loop ended: a later loop gets a new pool."""
+        if self._apool is pool:
+            self._apool = self._apool_guard = self._apool_loop = None
+            self._alock = None  # an asyncio.Lock may be bound to the loop that ended
 
     @contextmanager
     def _connection(self) -> Iterator[Connection[Any]]:
+        self._refuse_if_closed()
         if self._conn is not None:
             with self._lock:
                 yield self._conn
@@ -257,10 +407,13 @@ class DeterministicSaver(BaseCheckpointSaver[str]):
         pool = self._sync_pool()
         assert pool is not None
         with pool.connection() as conn:
+            if self._check_pool:
+                _require_autocommit(conn, pool=True)
             yield conn
 
     @asynccontextmanager
     async def _aconnection(self) -> AsyncIterator[AsyncConnection[Any]]:
+        self._refuse_if_closed()
         if self._aconn is not None:
             if self._alock is None:
                 self._alock = asyncio.Lock()
@@ -270,6 +423,8 @@ class DeterministicSaver(BaseCheckpointSaver[str]):
         pool = await self._async_pool()
         assert pool is not None
         async with pool.connection() as conn:
+            if self._check_pool:
+                _require_autocommit(conn, pool=True)
             yield conn
 
     def _has_sync(self) -> bool:
@@ -280,33 +435,35 @@ class DeterministicSaver(BaseCheckpointSaver[str]):
 
     # -- running operations ----------------------------------------------------------
 
-    def _run(self, operation: Operation[T]) -> T:
+    def _run(self, operation: Operation[T] | OnSession[T]) -> T:
         if not self._has_sync():
             return self._run_on_loop(operation)
         try:
             with self._connection() as conn:
-                return _core.run(operation, lambda batch: _execute(conn, batch))
+                op = operation(conn.info.backend_pid) if callable(operation) else operation
+                return _core.run(op, lambda batch: _execute(conn, batch))
         except Exception as exc:
             translated = _core.translate_error(exc)
             if translated is exc:
                 raise
             raise translated from exc
 
-    async def _arun(self, operation: Operation[T]) -> T:
+    async def _arun(self, operation: Operation[T] | OnSession[T]) -> T:
         if not self._has_async():
             # Sync-only connection: keep the event loop free by running it in a thread.
             return await asyncio.to_thread(self._run, operation)
         self._loop = asyncio.get_running_loop()
         try:
             async with self._aconnection() as conn:
-                return await _core.arun(operation, lambda batch: _aexecute(conn, batch))
+                op = operation(conn.info.backend_pid) if callable(operation) else operation
+                return await _core.arun(op, lambda batch: _aexecute(conn, batch))
         except Exception as exc:
             translated = _core.translate_error(exc)
             if translated is exc:
                 raise
             raise translated from exc
 
-    def _run_on_loop(self, operation: Operation[T]) -> T:
+    def _run_on_loop(self, operation: Operation[T] | OnSession[T]) -> T:
         """The sync API over an async connection: allowed from a thread other than the
         event loop's (e.g. a sync node run by LangGraph's executor)."""
         loop = self._loop
@@ -326,17 +483,17 @@ class DeterministicSaver(BaseCheckpointSaver[str]):
     # -- lifecycle -------------------------------------------------------------------
 
     def __enter__(self) -> DeterministicSaver:
+        self._refuse_if_closed()
         if self._dsn is not None:
-            _probe(self._dsn)  # a wrong DSN fails here, with the server's own reason
-            self._sync_pool()
+            self._sync_pool()  # a wrong DSN fails here, with the server's own reason
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
 
     async def __aenter__(self) -> DeterministicSaver:
+        self._refuse_if_closed()
         if self._dsn is not None:
-            await _aprobe(self._dsn)
             await self._async_pool()
         return self
 
@@ -349,29 +506,102 @@ class DeterministicSaver(BaseCheckpointSaver[str]):
         await self.aclose()
 
     def close(self) -> None:
-        """Close the pools this saver created from a DSN (never a pool you passed in)."""
+        """Close the pools this saver created from a DSN (never a pool or connection you
+        passed in); the saver cannot be used afterwards. From inside a coroutine running
+        on the loop of the saver's async pool, use ``await saver.aclose()``."""
+        guard, loop = self._apool_guard, self._apool_loop
+        if guard is not None and loop is not None and not loop.is_closed():
+            try:
+                running: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
+            except RuntimeError:
+                running = None
+            if running is loop:
+                raise ConfigurationError(
+                    "close() cannot wait for the async pool from inside its own event loop; "
+                    "use `await saver.aclose()` (or `async with`)."
+                )
+            if loop.is_running():
+                asyncio.run_coroutine_threadsafe(guard.aclose(), loop).result()
+            else:
+                loop.run_until_complete(guard.aclose())
+        self._closed = True
+        self._apool = self._apool_guard = self._apool_loop = None
         if self._owns_pools and self._pool is not None:
             self._pool.close()
             self._pool = None
 
     async def aclose(self) -> None:
+        """Async :meth:`close`."""
+        self._closed = True
         if self._owns_pools:
-            if self._apool is not None:
-                await self._apool.close()
-                self._apool = None
+            guard, loop = self._apool_guard, self._apool_loop
+            self._apool = self._apool_guard = self._apool_loop = None
+            if guard is not None:
+                if loop is asyncio.get_running_loop():
+                    await guard.aclose()
+                elif loop is not None and loop.is_running():
+                    closing = asyncio.run_coroutine_threadsafe(guard.aclose(), loop)
+                    await asyncio.wrap_future(closing)
             if self._pool is not None:
                 await asyncio.to_thread(self._pool.close)
                 self._pool = None
 
     # -- schema ----------------------------------------------------------------------
 
-    def setup(self, *, phase: _migrate.Phase = "all") -> list[str]:
-        """Create or upgrade the tables; safe to call from many processes at once.
-        Returns the names of the migrations applied."""
-        return self._run(_locked(_migrate.migrate(phase)))
+    def setup(
+        self,
+        *,
+        phase: _migrate.Phase = "all",
+        lock_timeout: float = _migrate.DEFAULT_LOCK_TIMEOUT,
+        lock_retries: int = _migrate.DEFAULT_LOCK_RETRIES,
+        dry_run: bool = False,
+        progress: _migrate.Progress | None = None,
+    ) -> list[str]:
+        """Create or upgrade the tables; safe to call from many processes at once and
+        beside live workers. Returns the names of the migrations applied.
 
-    async def asetup(self, *, phase: _migrate.Phase = "all") -> list[str]:
-        return await self._arun(_locked(_migrate.migrate(phase)))
+        Every statement waits at most ``lock_timeout`` seconds for its lock, then
+        retries with backoff up to ``lock_retries`` times before raising
+        ``MigrationLockTimeoutError``. ``dry_run`` only reads: it reports to ``progress``
+        each statement that would run and returns the migrations that would apply.
+
+        Through a connection pooler (PgBouncer, RDS Proxy, Supavisor...) it only checks
+        that the schema is up to date, and refuses to migrate: run the migrations over a
+        direct connection (see docs/adopting.md).
+        """
+        _refuse_from_coroutine("setup", "asetup")
+        return self._run(
+            partial(self._migration, phase, lock_timeout, lock_retries, dry_run, progress)
+        )
+
+    async def asetup(
+        self,
+        *,
+        phase: _migrate.Phase = "all",
+        lock_timeout: float = _migrate.DEFAULT_LOCK_TIMEOUT,
+        lock_retries: int = _migrate.DEFAULT_LOCK_RETRIES,
+        dry_run: bool = False,
+        progress: _migrate.Progress | None = None,
+    ) -> list[str]:
+        """Async :meth:`setup`."""
+        return await self._arun(
+            partial(self._migration, phase, lock_timeout, lock_retries, dry_run, progress)
+        )
+
+    @staticmethod
+    def _migration(
+        phase: _migrate.Phase,
+        lock_timeout: float,
+        lock_retries: int,
+        dry_run: bool,
+        progress: _migrate.Progress | None,
+        client_pid: int,
+    ) -> Operation[list[str]]:
+        policy = _migrate.LockPolicy(timeout=lock_timeout, retries=lock_retries)
+        operation = _migrate.migrate(phase, policy=policy, dry_run=dry_run, progress=progress)
+        if dry_run:
+            return _named(operation)
+        return _direct_only(phase, client_pid, _locked(operation, policy))
 
     def applied_migrations(self) -> set[int]:
         """Versions of this package's migrations applied to the database."""
@@ -516,35 +746,90 @@ class DeterministicSaver(BaseCheckpointSaver[str]):
         return await self._arun(_core.delta_history(self._codec, config, channels))
 
 
-def _locked(operation: Operation[list[_migrate.Migration]]) -> Operation[list[str]]:
-    """Hold the migrations' advisory lock around ``operation``. The lock is per session,
-    so it must be released on the same connection even when a migration fails."""
-    key = (_migrate.ADVISORY_LOCK_KEY,)
-    try_lock = Batch(
-        (_core.Statement(_migrate.TRY_LOCK_SQL, key, fetch=True, prepare=False),), pipeline=False
+def _direct_only(
+    phase: _migrate.Phase, client_pid: int, locked: Operation[list[str]]
+) -> Operation[list[str]]:
+    """Run ``locked`` (the migrations under the advisory lock) on a direct connection only.
+
+    The lock is per session. Behind a transaction-pooling proxy (PgBouncer, RDS Proxy,
+    Supavisor) consecutive statements of one client run on different server sessions: the
+    lock would be taken on one, left there for another client to inherit (which would then
+    migrate concurrently), and never released. Such a proxy answers the startup with a
+    backend pid of its own, so a pid the server does not confirm means "not direct". Then
+    setup only checks that nothing is pending, and otherwise refuses before any lock.
+    """
+    (rows,) = yield Batch(
+        (_core.Statement(_BACKEND_PID_SQL, fetch=True, prepare=False),), pipeline=False
     )
-    pause = Batch((_core.Statement(_migrate.LOCK_POLL_SQL, prepare=False),), pipeline=False)
-    unlock = Batch((_core.Statement(_migrate.UNLOCK_SQL, key, prepare=False),), pipeline=False)
+    if rows and rows[0][0] == client_pid:
+        return (yield from locked)
+    locked.close()  # never started: it took no lock
+    if phase not in ("pre", "post", "all"):
+        raise ConfigurationError(f"Unknown migration phase {phase!r}; use 'pre', 'post' or 'all'.")
+    done = yield from _migrate.applied_versions()
+    pending = [
+        _migrate.label(m)
+        for m in _migrate.discover()
+        if m.version not in done and phase in ("all", m.phase)
+    ]
+    if not pending:
+        return []
+    raise ConfigurationError(
+        "setup() cannot migrate through a connection pooler (PgBouncer, RDS Proxy, "
+        "Supavisor...): this connection's backend pid is not the server's, and migrations "
+        "hold a session-level lock that transaction pooling would leave on a server "
+        f"connection other clients reuse. Pending: {', '.join(pending)}. Run the migrations "
+        "once over a direct connection to Postgres (e.g. `langgraph-deterministic migrate "
+        "--dsn <direct DSN>`, or DeterministicSaver(direct_dsn).setup()); then setup() "
+        "through the pooler succeeds. Nothing was changed."
+    )
+
+
+def _named(operation: Operation[list[_migrate.Migration]]) -> Operation[list[str]]:
+    return [_migrate.label(m) for m in (yield from operation)]
+
+
+def _locked(
+    operation: Operation[list[_migrate.Migration]], policy: _migrate.LockPolicy
+) -> Operation[list[str]]:
+    """Hold the migrations' advisory lock, with the session's lock_timeout set to the
+    policy's, around ``operation``. Both are per session, so both are put back on the
+    same connection however the operation ends: an error, a cancelled task, Ctrl-C (the
+    driver throws those in here too). A pooled connection goes back to its pool as it
+    came; a session that died (pg_terminate_backend, a lost network) took both with it."""
+    key = (_migrate.ADVISORY_LOCK_KEY,)
+
+    def single(sql: str, params: Sequence[Any] | None = None) -> Batch:
+        return Batch((_core.Statement(sql, params, fetch=True, prepare=False),), pipeline=False)
+
+    (saved,) = yield single(_migrate.GET_LOCK_TIMEOUT_SQL)
+    previous = saved[0][0] if saved else "0"
     for _ in range(_migrate.LOCK_WAIT_POLLS):
-        (rows,) = yield try_lock
+        (rows,) = yield single(_migrate.TRY_LOCK_SQL, key)
         if rows and rows[0][0]:
             break
-        yield pause
+        yield single(_migrate.LOCK_POLL_SQL)
     else:
         raise ConfigurationError(
             "Another process has been applying migrations for 5 minutes (it holds the "
             "advisory lock). Wait for it, or look for a stuck `langgraph-deterministic "
             "migrate` / setup() in pg_stat_activity."
         )
+    release = single(
+        "SELECT set_config('lock_timeout', %s, false), pg_advisory_unlock(%s)",
+        (previous, *key),
+    )
     try:
+        yield single(_migrate.SET_LOCK_TIMEOUT_SQL, (policy.timeout_setting,))
         applied = yield from operation
     except GeneratorExit:
         raise
     except BaseException:
-        yield unlock  # the driver throws a failed batch in here: release, then re-raise
+        with suppress(Exception):  # if the session is gone, its lock went with it
+            yield release
         raise
-    yield unlock
-    return [f"{m.version:04d}_{m.phase}_{m.name}" for m in applied]
+    yield release
+    return [_migrate.label(m) for m in applied]
 
 
 def _check_dsn(dsn: str) -> None:
@@ -557,31 +842,146 @@ def _check_dsn(dsn: str) -> None:
         ) from exc
 
 
-def _require_autocommit(conn: Connection[Any] | AsyncConnection[Any]) -> None:
-    if not conn.autocommit:
+_AUTOCOMMIT_WHY = (
+    "it opens its own transactions, and a read left idle in a transaction would hold "
+    "locks (and a failed statement would poison the connection for the next caller)."
+)
+
+
+def _require_autocommit(conn: Connection[Any] | AsyncConnection[Any], pool: bool = False) -> None:
+    if conn.autocommit:
+        return
+    if pool:
         raise ConfigurationError(
-            "DeterministicSaver needs its connection in autocommit mode: it opens its own "
-            "transactions, and a read left idle in a transaction would hold locks. Connect "
-            "with psycopg.connect(dsn, autocommit=True) (or pass a pool or a DSN)."
+            "DeterministicSaver needs the pool's connections in autocommit mode; this pool "
+            f"handed out one that is not: {_AUTOCOMMIT_WHY} Create the pool with "
+            'kwargs={"autocommit": True} (or set conn.autocommit = True in its configure '
+            "callback)."
         )
+    raise ConfigurationError(
+        f"DeterministicSaver needs its connection in autocommit mode: {_AUTOCOMMIT_WHY} "
+        "Connect with psycopg.connect(dsn, autocommit=True) (or pass a pool or a DSN)."
+    )
 
 
-def _probe(dsn: str) -> None:
+def _require_pool_autocommit(pool: ConnectionPool[Any] | AsyncConnectionPool[Any]) -> bool:
+    """Refuse a pool whose kwargs say its connections are not in autocommit mode. Returns
+    True when the kwargs cannot tell (a configure callback may set it, or kwargs is a
+    callable): then each connection is checked as it is handed out."""
+    kwargs = pool.kwargs
+    if callable(kwargs):
+        return True
+    if kwargs and "autocommit" in kwargs:
+        declared = bool(kwargs["autocommit"])
+    elif getattr(pool, "_configure", None) is not None:
+        return True
+    else:
+        declared = False
+    if not declared:
+        raise ConfigurationError(
+            "DeterministicSaver needs the pool's connections in autocommit mode: "
+            f"{_AUTOCOMMIT_WHY} Create the pool with "
+            'kwargs={"autocommit": True, "prepare_threshold": 0} (LangGraph\'s documented '
+            "settings; row_factory may be anything)."
+        )
+    return False
+
+
+def _owned_connect_kwargs(
+    connect_kwargs: Mapping[str, Any] | None, prepare_threshold: int | _Unset | None
+) -> dict[str, Any]:
+    """Connection keywords of the pools a DSN saver owns. Autocommit, so a read is one
+    round trip (no BEGIN/COMMIT around it); prepare_threshold=None prepares nothing
+    server-side, as PgBouncer in transaction mode needs."""
+    kwargs = dict(connect_kwargs or {})
+    if kwargs.get("autocommit", True) is not True:
+        raise ConfigurationError(
+            f"DeterministicSaver needs autocommit connections: {_AUTOCOMMIT_WHY} Remove "
+            "autocommit from connect_kwargs."
+        )
+    kwargs["autocommit"] = True
+    if prepare_threshold is not _UNSET:
+        if kwargs.get("prepare_threshold", prepare_threshold) != prepare_threshold:
+            raise ConfigurationError(
+                f"prepare_threshold={prepare_threshold!r} and connect_kwargs"
+                f"['prepare_threshold']={kwargs['prepare_threshold']!r} disagree; pass one."
+            )
+        kwargs["prepare_threshold"] = prepare_threshold
+    return kwargs
+
+
+def _probe_kwargs(dsn: str, kwargs: Mapping[str, Any]) -> dict[str, Any]:
+    probe = dict(kwargs)
+    if "connect_timeout" not in probe and "connect_timeout" not in conninfo_to_dict(dsn):
+        probe["connect_timeout"] = _PROBE_TIMEOUT
+    return probe
+
+
+def _probe(dsn: str, kwargs: Mapping[str, Any]) -> bool:
     """Connect once, directly: a pool would retry a refused connection until its
-    timeout and then report only that it timed out."""
+    timeout and then report only that it timed out. Returns whether the connection
+    reaches Postgres without a pooler in between."""
     try:
-        with psycopg.connect(dsn, connect_timeout=_PROBE_TIMEOUT):
-            pass
+        with psycopg.connect(dsn, **_probe_kwargs(dsn, kwargs)) as conn:
+            cur = conn.cursor(row_factory=tuple_row)
+            row = cur.execute(_BACKEND_PID_SQL, prepare=False).fetchone()
+            return row is not None and row[0] == conn.info.backend_pid
     except psycopg.Error as exc:
         raise _core.translate_error(exc) from exc
 
 
-async def _aprobe(dsn: str) -> None:
+async def _aprobe(dsn: str, kwargs: Mapping[str, Any]) -> bool:
     try:
-        conn = await AsyncConnection.connect(dsn, connect_timeout=_PROBE_TIMEOUT)
+        async with await AsyncConnection.connect(dsn, **_probe_kwargs(dsn, kwargs)) as conn:
+            cur = conn.cursor(row_factory=tuple_row)
+            await cur.execute(_BACKEND_PID_SQL, prepare=False)
+            row = await cur.fetchone()
+            return row is not None and row[0] == conn.info.backend_pid
     except psycopg.Error as exc:
         raise _core.translate_error(exc) from exc
-    await conn.close()
+
+
+async def _close_with_loop(
+    pool: AsyncConnectionPool[Any],
+    opened: weakref.WeakSet[AsyncConnection[Any]],
+    forget: Callable[[AsyncConnectionPool[Any]], None],
+) -> AsyncGenerator[None, None]:
+    """Suspended for the pool's lifetime; finalised by aclose(), or by the event loop's
+    shutdown_asyncgens() (asyncio.run calls it) when the saver was never closed."""
+    try:
+        yield
+    finally:
+        forget(pool)
+        try:
+            await pool.close()
+        except asyncio.CancelledError:
+            # The loop is shutting down: asyncio.run cancelled the pool's workers before
+            # finalising us, so the pool gave up before closing its connections. Nothing
+            # runs on this loop any more: close them here.
+            for conn in list(opened):
+                if not conn.closed:
+                    await conn.close()
+
+
+def _refuse_from_coroutine(name: str, async_name: str) -> None:
+    """Refuse ``await saver.<name>()`` before anything runs: the sync method would block
+    the event loop, then fail on awaiting its result. A plain call from a coroutine (as
+    the peer's sync saver allows) goes on; only an awaited one is refused."""
+    frame = inspect.currentframe()
+    caller = frame.f_back.f_back if frame is not None and frame.f_back is not None else None
+    flags = inspect.CO_COROUTINE | inspect.CO_ASYNC_GENERATOR | inspect.CO_ITERABLE_COROUTINE
+    if caller is None or not caller.f_code.co_flags & flags:
+        return
+    # f_lasti is the call being made (3.11: its last inline cache entry); the instruction
+    # after it is what the caller does with the result.
+    following = next(
+        (ins for ins in dis.get_instructions(caller.f_code) if ins.offset > caller.f_lasti), None
+    )
+    if following is not None and following.opname == "GET_AWAITABLE":
+        raise ConfigurationError(
+            f"`await saver.{name}()`: {name}() is the sync method. Use "
+            f"`await saver.{async_name}()` in async code. Nothing was run."
+        )
 
 
 AbstractContextManager.register(DeterministicSaver)
