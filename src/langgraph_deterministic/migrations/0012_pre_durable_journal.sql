@@ -41,6 +41,9 @@ CREATE TABLE IF NOT EXISTS lgd_journal_attempts (
     PRIMARY KEY (thread_id, attempt)
 );
 
+-- delete_for_runs removes a run's attempts; a retry's first claim fences the run's others.
+CREATE INDEX IF NOT EXISTS lgd_journal_attempts_run_idx ON lgd_journal_attempts (run_id);
+
 -- The fencing hook, on the saver's checkpoint chain: has another attempt continued the
 -- checkpoint this task runs from? (A slot held for a refused attempt bars only that
 -- attempt, as in lgd_guard_put.) A lease-based rule gets a new name, and a new claim
