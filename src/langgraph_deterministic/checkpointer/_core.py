@@ -384,7 +384,9 @@ def _start_graph_run(
             {"thread_id": thread_id, "run_id": info.run_id},
             fetch=True,
         )
-    attempt = uuid.uuid4().hex
+    # A DeterministicRunner names its attempt itself (its durable-op journal is fenced by
+    # the same token); any other graph run gets a fresh one.
+    attempt = info.attempt or uuid.uuid4().hex
     strategy = contract.strategy_of(info)
     admission: Admission | None = None
     ticket: int | None = None

@@ -92,7 +92,9 @@ WITH c AS (DELETE FROM checkpoints WHERE thread_id = %(thread_id)s),
      ch AS (DELETE FROM lgd_chain WHERE thread_id = %(thread_id)s),
      r AS (DELETE FROM lgd_runs WHERE thread_id = %(thread_id)s),
      le AS (DELETE FROM lgd_leases WHERE thread_id = %(thread_id)s),
-     q AS (DELETE FROM lgd_queue WHERE thread_id = %(thread_id)s)
+     q AS (DELETE FROM lgd_queue WHERE thread_id = %(thread_id)s),
+     j AS (DELETE FROM lgd_journal WHERE thread_id = %(thread_id)s),
+     ja AS (DELETE FROM lgd_journal_attempts WHERE thread_id = %(thread_id)s)
 DELETE FROM checkpoint_blobs WHERE thread_id = %(thread_id)s
 
 -- name: delete_threads
@@ -101,7 +103,9 @@ WITH c AS (DELETE FROM checkpoints WHERE thread_id = ANY(%(thread_ids)s)),
      ch AS (DELETE FROM lgd_chain WHERE thread_id = ANY(%(thread_ids)s)),
      r AS (DELETE FROM lgd_runs WHERE thread_id = ANY(%(thread_ids)s)),
      le AS (DELETE FROM lgd_leases WHERE thread_id = ANY(%(thread_ids)s)),
-     q AS (DELETE FROM lgd_queue WHERE thread_id = ANY(%(thread_ids)s))
+     q AS (DELETE FROM lgd_queue WHERE thread_id = ANY(%(thread_ids)s)),
+     j AS (DELETE FROM lgd_journal WHERE thread_id = ANY(%(thread_ids)s)),
+     ja AS (DELETE FROM lgd_journal_attempts WHERE thread_id = ANY(%(thread_ids)s))
 DELETE FROM checkpoint_blobs WHERE thread_id = ANY(%(thread_ids)s)
 
 -- name: no_jit
@@ -133,6 +137,10 @@ WITH doomed AS (
       AND ch.checkpoint_id = d.checkpoint_id
 ), ledger AS (
     DELETE FROM lgd_runs WHERE run_id = ANY(%(run_ids)s)
+), journal AS (
+    DELETE FROM lgd_journal WHERE run_id = ANY(%(run_ids)s)
+), journal_attempts AS (
+    DELETE FROM lgd_journal_attempts WHERE run_id = ANY(%(run_ids)s)
 ), freed AS (
     SELECT DISTINCT d.thread_id, d.checkpoint_ns, v.key AS channel, v.value AS version
     FROM doomed d CROSS JOIN LATERAL jsonb_each_text(d.versions) AS v
@@ -180,6 +188,14 @@ WITH c AS (
     INSERT INTO checkpoint_blobs (thread_id, checkpoint_ns, channel, version, type, blob)
     SELECT %(target)s, checkpoint_ns, channel, version, type, blob
     FROM checkpoint_blobs WHERE thread_id = %(source)s
+    ON CONFLICT DO NOTHING
+), j AS (
+    -- Durable ops the copy's tasks already did (fencing records stay with the source).
+    INSERT INTO lgd_journal (thread_id, task_ns, op_key, checkpoint_ns, checkpoint_id, run_id,
+                             attempt, status, executions, type, blob, claimed_at, completed_at)
+    SELECT %(target)s, task_ns, op_key, checkpoint_ns, checkpoint_id, run_id, attempt, status,
+           executions, type, blob, claimed_at, completed_at
+    FROM lgd_journal WHERE thread_id = %(source)s AND status <> 'running'
     ON CONFLICT DO NOTHING
 )
 INSERT INTO checkpoint_writes
@@ -232,6 +248,11 @@ WITH heads AS (
     DELETE FROM checkpoint_writes w USING doomed d
     WHERE w.thread_id = %(thread_id)s AND w.checkpoint_ns = d.checkpoint_ns
       AND w.checkpoint_id = d.checkpoint_id
+), journal AS (
+    -- Durable ops of tasks that ran from a deleted checkpoint: no retry can reach them.
+    DELETE FROM lgd_journal j USING doomed d
+    WHERE j.thread_id = %(thread_id)s AND j.checkpoint_ns = d.checkpoint_ns
+      AND j.checkpoint_id = d.checkpoint_id
 ), orphaned AS (
     UPDATE checkpoints c SET parent_checkpoint_id = NULL
     FROM heads h
@@ -431,3 +452,17 @@ WHERE thread_id = %(thread_id)s AND checkpoint_ns = ''
   AND parent_checkpoint_id IS NOT DISTINCT FROM %(parent)s::text
   AND (metadata ->> 'run_id') IS NOT DISTINCT FROM %(run_id)s::text
 LIMIT 1
+
+-- name: journal_claim
+-- Claim a durable op, or read its stored outcome (migration 0012).
+SELECT status, type, blob, claimed_at FROM lgd_journal_claim_v1(
+    %(thread_id)s, %(task_ns)s, %(op_key)s, %(checkpoint_ns)s, %(checkpoint_id)s,
+    %(run_id)s::text, %(attempt)s)
+
+-- name: journal_complete
+-- Store a durable op's outcome, only while this attempt still holds the op's claim.
+UPDATE lgd_journal
+SET status = %(status)s, type = %(type)s, blob = %(blob)s, completed_at = clock_timestamp()
+WHERE thread_id = %(thread_id)s AND task_ns = %(task_ns)s AND op_key = %(op_key)s
+  AND attempt = %(attempt)s AND status = 'running'
+RETURNING executions
