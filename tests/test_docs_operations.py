@@ -19,7 +19,12 @@ from benchmarks import fault_db
 from langgraph_deterministic.cli import main
 from langgraph_deterministic.embedded import create_database, database_name, drop_database
 from langgraph_deterministic.ops import DEFAULT_IDLE, STATEMENT_TIMEOUT_MS
-from langgraph_deterministic.ops.audit import DEFAULT_BATCH_ROWS, FAULTS
+from langgraph_deterministic.ops.audit import (
+    AUTO_BUSY_WAL_BYTES_PER_S,
+    AUTO_DUTY,
+    DEFAULT_BATCH_ROWS,
+    FAULTS,
+)
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "operations.md"
 TEXT = DOC.read_text("utf-8")
@@ -195,6 +200,8 @@ def test_quoted_defaults_are_the_cli_defaults(capsys: pytest.CaptureFixture[str]
     assert f"(`--statement-timeout`, default {STATEMENT_TIMEOUT_MS} ms)" in flat
     assert f"(default {int(DEFAULT_IDLE.total_seconds())})" in flat
     assert f"about {DEFAULT_BATCH_ROWS:,} checkpoints" in flat
+    assert f"faster than {AUTO_BUSY_WAL_BYTES_PER_S // 1024} KiB/s" in flat
+    assert AUTO_DUTY == 0.5 and "as long as the range took" in flat and "at most half" in flat
     assert main(["audit", "--help"]) == 0
     help_text = " ".join(capsys.readouterr().out.split())
     assert f"(default {STATEMENT_TIMEOUT_MS})" in help_text
