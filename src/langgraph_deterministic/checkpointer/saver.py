@@ -35,6 +35,7 @@ from langgraph.checkpoint.base import (
 )
 from langgraph.checkpoint.serde.base import SerializerProtocol
 from psycopg import AsyncConnection, Connection
+from psycopg.rows import tuple_row
 from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
 from langgraph_deterministic.checkpointer import _core, _migrate
@@ -60,20 +61,26 @@ _PROBE_TIMEOUT = 10
 
 
 # --- the two drivers: execute one batch -------------------------------------------
+# Every cursor is opened with our own row factory: the core reads rows as tuples whatever
+# the connection's own factory is (LangGraph documents dict_row; namedtuple_row, class_row
+# and the default must work the same).
 
 
 def _execute(conn: Connection[Any], batch: Batch) -> Results:
     statements = batch.statements
     if not batch.atomic and len(statements) == 1 and batch.pipeline:
         (st,) = statements
-        with conn.cursor(binary=True) as cur:
+        with conn.cursor(binary=True, row_factory=tuple_row) as cur:
             cur.execute(st.sql, st.params, prepare=st.prepare)
             return [cur.fetchall() if st.fetch else None]
     if not batch.pipeline:
         # DDL and statements that must not run inside a pipeline (multi-statement
         # migration files, CREATE INDEX CONCURRENTLY). Text cursor: simple protocol.
         results: Results = []
-        with _transaction(conn, batch) if batch.atomic else nullcontext(), conn.cursor() as cur:
+        with (
+            _transaction(conn, batch) if batch.atomic else nullcontext(),
+            conn.cursor(row_factory=tuple_row) as cur,
+        ):
             for st in statements:
                 cur.execute(st.sql, st.params, prepare=st.prepare)
                 results.append(cur.fetchall() if st.fetch else None)
@@ -85,7 +92,7 @@ def _execute(conn: Connection[Any], batch: Batch) -> Results:
     # exit). Only a batch that sets an isolation level needs an explicit transaction.
     with conn.pipeline(), _transaction(conn, batch) if batch.isolation else nullcontext():
         for st in statements:
-            cur = conn.cursor(binary=True)
+            cur = conn.cursor(binary=True, row_factory=tuple_row)
             if st.many:
                 cur.executemany(st.sql, st.params)  # type: ignore[arg-type]
             else:
@@ -100,14 +107,14 @@ async def _aexecute(conn: AsyncConnection[Any], batch: Batch) -> Results:
     statements = batch.statements
     if not batch.atomic and len(statements) == 1 and batch.pipeline:
         (st,) = statements
-        async with conn.cursor(binary=True) as cur:
+        async with conn.cursor(binary=True, row_factory=tuple_row) as cur:
             await cur.execute(st.sql, st.params, prepare=st.prepare)
             return [await cur.fetchall() if st.fetch else None]
     if not batch.pipeline:
         results: Results = []
         async with (
             _atransaction(conn, batch) if batch.atomic else nullcontext(),
-            conn.cursor() as cur,
+            conn.cursor(row_factory=tuple_row) as cur,
         ):
             for st in statements:
                 await cur.execute(st.sql, st.params, prepare=st.prepare)
@@ -117,7 +124,7 @@ async def _aexecute(conn: AsyncConnection[Any], batch: Batch) -> Results:
     # One implicit transaction per pipeline sync; see _execute.
     async with conn.pipeline(), _atransaction(conn, batch) if batch.isolation else nullcontext():
         for st in statements:
-            cur = conn.cursor(binary=True)
+            cur = conn.cursor(binary=True, row_factory=tuple_row)
             if st.many:
                 await cur.executemany(st.sql, st.params)  # type: ignore[arg-type]
             else:
@@ -191,6 +198,9 @@ class DeterministicSaver(BaseCheckpointSaver[str]):
         self._conn: Connection[Any] | None = None
         self._aconn: AsyncConnection[Any] | None = None
         self._owns_pools = False
+        # A pool whose kwargs cannot tell (a configure callback, callable kwargs): check
+        # each connection it hands out (an attribute read, no round trip).
+        self._check_pool = False
         self._pool_max_size = pool_max_size
         self._lock = threading.Lock()  # guards a single shared Connection / pool creation
         self._alock: asyncio.Lock | None = None  # guards a single shared AsyncConnection
@@ -200,8 +210,10 @@ class DeterministicSaver(BaseCheckpointSaver[str]):
             self._owns_pools = True
             _check_dsn(conn)
         elif isinstance(conn, ConnectionPool):
+            self._check_pool = _require_pool_autocommit(conn)
             self._pool = conn
         elif isinstance(conn, AsyncConnectionPool):
+            self._check_pool = _require_pool_autocommit(conn)
             self._apool = conn
         elif isinstance(conn, Connection):
             _require_autocommit(conn)
@@ -257,6 +269,8 @@ class DeterministicSaver(BaseCheckpointSaver[str]):
         pool = self._sync_pool()
         assert pool is not None
         with pool.connection() as conn:
+            if self._check_pool:
+                _require_autocommit(conn, pool=True)
             yield conn
 
     @asynccontextmanager
@@ -270,6 +284,8 @@ class DeterministicSaver(BaseCheckpointSaver[str]):
         pool = await self._async_pool()
         assert pool is not None
         async with pool.connection() as conn:
+            if self._check_pool:
+                _require_autocommit(conn, pool=True)
             yield conn
 
     def _has_sync(self) -> bool:
@@ -557,13 +573,49 @@ def _check_dsn(dsn: str) -> None:
         ) from exc
 
 
-def _require_autocommit(conn: Connection[Any] | AsyncConnection[Any]) -> None:
-    if not conn.autocommit:
+_AUTOCOMMIT_WHY = (
+    "it opens its own transactions, and a read left idle in a transaction would hold "
+    "locks (and a failed statement would poison the connection for the next caller)."
+)
+
+
+def _require_autocommit(conn: Connection[Any] | AsyncConnection[Any], pool: bool = False) -> None:
+    if conn.autocommit:
+        return
+    if pool:
         raise ConfigurationError(
-            "DeterministicSaver needs its connection in autocommit mode: it opens its own "
-            "transactions, and a read left idle in a transaction would hold locks. Connect "
-            "with psycopg.connect(dsn, autocommit=True) (or pass a pool or a DSN)."
+            "DeterministicSaver needs the pool's connections in autocommit mode; this pool "
+            f"handed out one that is not: {_AUTOCOMMIT_WHY} Create the pool with "
+            'kwargs={"autocommit": True} (or set conn.autocommit = True in its configure '
+            "callback)."
         )
+    raise ConfigurationError(
+        f"DeterministicSaver needs its connection in autocommit mode: {_AUTOCOMMIT_WHY} "
+        "Connect with psycopg.connect(dsn, autocommit=True) (or pass a pool or a DSN)."
+    )
+
+
+def _require_pool_autocommit(pool: ConnectionPool[Any] | AsyncConnectionPool[Any]) -> bool:
+    """Refuse a pool whose kwargs say its connections are not in autocommit mode. Returns
+    True when the kwargs cannot tell (a configure callback may set it, or kwargs is a
+    callable): then each connection is checked as it is handed out."""
+    kwargs = pool.kwargs
+    if callable(kwargs):
+        return True
+    if kwargs and "autocommit" in kwargs:
+        declared = bool(kwargs["autocommit"])
+    elif getattr(pool, "_configure", None) is not None:
+        return True
+    else:
+        declared = False
+    if not declared:
+        raise ConfigurationError(
+            "DeterministicSaver needs the pool's connections in autocommit mode: "
+            f"{_AUTOCOMMIT_WHY} Create the pool with "
+            'kwargs={"autocommit": True, "prepare_threshold": 0} (LangGraph\'s documented '
+            "settings; row_factory may be anything)."
+        )
+    return False
 
 
 def _probe(dsn: str) -> None:
