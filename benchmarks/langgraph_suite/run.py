@@ -31,7 +31,6 @@ import subprocess
 import sys
 import tarfile
 import time
-import uuid
 from collections import Counter, defaultdict
 from importlib import metadata
 from pathlib import Path
@@ -68,18 +67,22 @@ def sdist_tests(dist: str, work: Path) -> Path:
     downloads = work / "sdist"
     downloads.mkdir(parents=True, exist_ok=True)
     norm = dist.replace("-", "_")
-    found = [p for p in downloads.glob("*.tar.gz") if p.name.lower().startswith(
-        (f"{dist}-{version}.", f"{norm}-{version}.")
-    )]
+    found = [
+        p
+        for p in downloads.glob("*.tar.gz")
+        if p.name.lower().startswith((f"{dist}-{version}.", f"{norm}-{version}."))
+    ]
     if not found:
         subprocess.run(
             [sys.executable, "-m", "pip", "download", "--quiet", "--no-deps",
              "--no-binary", ":all:", f"{dist}=={version}", "-d", str(downloads)],
             check=True,
         )  # fmt: skip
-        found = [p for p in downloads.glob("*.tar.gz") if p.name.lower().startswith(
-            (f"{dist}-{version}.", f"{norm}-{version}.")
-        )]
+        found = [
+            p
+            for p in downloads.glob("*.tar.gz")
+            if p.name.lower().startswith((f"{dist}-{version}.", f"{norm}-{version}."))
+        ]
     (archive,) = found
     unpacked = work / "unpacked"
     with tarfile.open(archive) as tar:
@@ -213,7 +216,10 @@ def main() -> int:
                 merged.update({f"{suite}::{k}": v for k, v in res.items()})
             all_results[mode] = merged
             c = Counter(r["outcome"] for r in merged.values())
-            print(f"{mode}: {len(merged)} items, " + ", ".join(f"{v} {k}" for k, v in sorted(c.items())))
+            print(
+                f"{mode}: {len(merged)} items, "
+                + ", ".join(f"{v} {k}" for k, v in sorted(c.items()))
+            )
         text = report(all_results, out)
     finally:
         if server is not None:

@@ -12,7 +12,7 @@ inside one transaction: a write either lands whole or not at all.
 from __future__ import annotations
 
 import random
-import uuid
+import secrets
 from collections.abc import Awaitable, Callable, Generator, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cache
@@ -346,7 +346,9 @@ def _for_graph_run(found: CheckpointTuple, info: CallInfo) -> CheckpointTuple:
     it into every write of this run attempt, which is how the fencing tells attempts
     apart), and the run id in the form the caller used, so LangGraph's own
     ``metadata.run_id`` comparison holds for a ``uuid.UUID`` too."""
-    configurable = {**found.config["configurable"], ATTEMPT_KEY: uuid.uuid4().hex}
+    # Drawn from the OS, not uuid.uuid4(): tests (LangGraph's among them) patch uuid4 to
+    # make ids deterministic, and a draw of ours would shift every id after it.
+    configurable = {**found.config["configurable"], ATTEMPT_KEY: secrets.token_hex(16)}
     metadata = found.metadata
     if (
         info.raw_run_id is not None

@@ -33,7 +33,8 @@ from langgraph.checkpoint.base import (
     CheckpointTuple,
     DeltaChannelHistory,
 )
-from langgraph.checkpoint.serde.base import SerializerProtocol
+from langgraph.checkpoint.serde.base import SerializerProtocol, maybe_add_typed_methods
+from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 from psycopg import AsyncConnection, Connection
 from psycopg.rows import tuple_row
 from psycopg_pool import AsyncConnectionPool, ConnectionPool
@@ -180,7 +181,7 @@ class DeterministicSaver(BaseCheckpointSaver[str]):
         pool_max_size: int = 10,
         metadata_keys: Iterable[str] | None = None,
     ) -> None:
-        super().__init__(serde=serde)
+        super().__init__(serde=serde or JsonPlusSerializer())  # sets self.serde (below)
         if run_id_policy not in ("require", "warn", "off"):
             raise ConfigurationError(
                 f"run_id_policy must be 'require', 'warn' or 'off', not {run_id_policy!r}."
@@ -191,7 +192,6 @@ class DeterministicSaver(BaseCheckpointSaver[str]):
             DEFAULT_METADATA_KEYS if metadata_keys is None else frozenset(metadata_keys)
         )
         self._contract: RunContract | None = None
-        self._codec = _core.Codec(self.serde)
         self._dsn: str | None = None
         self._pool: ConnectionPool[Any] | None = None
         self._apool: AsyncConnectionPool[Any] | None = None
@@ -227,6 +227,17 @@ class DeterministicSaver(BaseCheckpointSaver[str]):
                 "Pass a DSN string, a psycopg (Async)Connection, or a psycopg_pool "
                 "(Async)ConnectionPool."
             )
+
+    @property
+    def serde(self) -> SerializerProtocol:
+        """The serializer of channel values and writes. Assigning one after construction
+        takes effect at once (LangGraph's own fixtures set an EncryptedSerializer so)."""
+        return self._serde
+
+    @serde.setter
+    def serde(self, value: SerializerProtocol) -> None:
+        self._serde = maybe_add_typed_methods(value)
+        self._codec = _core.Codec(self._serde)
 
     # -- connections ---------------------------------------------------------------
 

@@ -209,7 +209,8 @@ WHERE b.thread_id = %(thread_id)s AND b.checkpoint_ns = f.checkpoint_ns
 -- Walks the parent chain of a checkpoint once for all requested channels, in one round
 -- trip. A channel stops at the nearest ancestor that stores a value for it (inline in
 -- channel_values, or a blob that is not the "empty" marker); the walk ends when every
--- channel has stopped or the root is reached. Returns that ancestor's value ('s' rows)
+-- channel has stopped or the root is reached. An inline JSON null is no value: put()
+-- stores a None channel that way, and a seed of None would drop the writes beyond it. Returns that ancestor's value ('s' rows)
 -- and every write to a still-walking channel on the way ('w' rows).
 WITH RECURSIVE walk AS (
     SELECT c.checkpoint_id, c.parent_checkpoint_id, c.checkpoint,
@@ -228,7 +229,7 @@ WITH RECURSIVE walk AS (
     CROSS JOIN LATERAL (
         SELECT ARRAY(
             SELECT ch FROM unnest(w.walking) AS ch
-            WHERE w.checkpoint -> 'channel_values' ? ch
+            WHERE jsonb_typeof(w.checkpoint -> 'channel_values' -> ch) <> 'null'
                OR EXISTS (SELECT 1 FROM checkpoint_blobs b
                           WHERE b.thread_id = %(thread_id)s AND b.checkpoint_ns = %(checkpoint_ns)s
                             AND b.channel = ch AND b.type <> 'empty'
@@ -255,7 +256,7 @@ LEFT JOIN checkpoint_blobs b
   ON b.thread_id = %(thread_id)s AND b.checkpoint_ns = %(checkpoint_ns)s
  AND b.channel = ch AND b.type <> 'empty'
  AND b.version = w.checkpoint -> 'channel_versions' ->> ch
-WHERE w.checkpoint -> 'channel_values' ? ch OR b.channel IS NOT NULL
+WHERE jsonb_typeof(w.checkpoint -> 'channel_values' -> ch) <> 'null' OR b.channel IS NOT NULL
 
 -- name: select_head_with_run
 -- The latest root checkpoint of a thread (as select_checkpoint) plus, when it was not
