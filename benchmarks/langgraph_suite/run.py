@@ -1,7 +1,7 @@
 """LangGraph's own test suite as an oracle for DeterministicSaver.
 
 Downloads the sdists of the *installed* ``langgraph`` and ``langgraph-checkpoint-postgres``,
-copies their ``tests/`` into ``.cache/langgraph-suite/``, and runs their Postgres tests
+copies their ``tests/`` into ``.langgraph-suite/`` (or ``$LGD_SUITE_DIR``), and runs their Postgres tests
 once per mode, sequentially, against one Postgres (``$DATABASE_URL`` or an embedded one):
 
 ``theirs``     their savers, as shipped: the baseline
@@ -40,6 +40,8 @@ from psycopg.conninfo import conninfo_to_dict
 
 ROOT = Path(__file__).resolve().parents[2]
 HERE = Path(__file__).resolve().parent
+# Per checkout (not the shared .cache): the venv there is an editable install of this tree.
+WORK = Path(os.environ.get("LGD_SUITE_DIR") or ROOT / ".langgraph-suite")
 SUITES = {
     "langgraph": "langgraph",
     "checkpoint-postgres": "langgraph-checkpoint-postgres",
@@ -124,7 +126,7 @@ def run_one(
         "PYTHONPATH": os.pathsep.join([str(HERE), str(root)]),
         "NO_DOCKER": "false",
     }
-    cmd = [sys.executable, "-m", "pytest", "-p", "lgd_swap", "-q", "-p", "no:cacheprovider",
+    cmd = [sys.executable, "-m", "pytest", "-p", "lgd_swap", "-q", "-rfE", "-p", "no:cacheprovider",
            "--continue-on-collection-errors", "--rootdir", str(root), "-c",
            str(root / "pytest.ini"), "tests", *extra]  # fmt: skip
     started = time.monotonic()
@@ -190,7 +192,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--modes", default="theirs,ours-off,ours-warn")
     parser.add_argument("--suites", default=",".join(SUITES))
-    parser.add_argument("--out", default=str(ROOT / ".cache" / "langgraph-suite" / "out"))
+    parser.add_argument("--out", default=str(WORK / "out"))
     parser.add_argument("pytest_args", nargs="*", help="extra pytest arguments, after --")
     args = parser.parse_args()
     modes = [m for m in args.modes.split(",") if m]
@@ -198,8 +200,8 @@ def main() -> int:
     for m in modes:
         if m not in MODES:
             parser.error(f"unknown mode {m!r}; choose from {', '.join(MODES)}")
-    work = ROOT / ".cache" / "langgraph-suite"
-    out = Path(args.out)
+    work = WORK
+    out = Path(args.out).resolve()  # pytest runs in their tests' root
     out.mkdir(parents=True, exist_ok=True)
     roots = {s: sdist_tests(SUITES[s], work) for s in suites}
 

@@ -224,3 +224,170 @@ def test_no_secret_reaches_a_stored_checkpoint(db: str, ours: DeterministicSaver
     leaked = [k for k in stored if k in attached and k not in _PLAIN]
     assert leaked == []
     assert "sk-x" not in repr(stored)  # configurable values are not copied (documented)
+
+
+# --- prune: as PostgresSaver prunes, on every connection style --------------------------
+
+
+def _put(
+    saver: BaseCheckpointSaver[Any],
+    thread: str,
+    parent: RunnableConfig | None,
+    step: int,
+    *,
+    ns: str = "",
+    values: dict[str, Any] | None = None,
+    metadata: dict[str, Any] | None = None,
+    v: int = 4,
+) -> RunnableConfig:
+    config: RunnableConfig = {"configurable": {"thread_id": thread, "checkpoint_ns": ns}}
+    if parent is not None:
+        config["configurable"]["checkpoint_id"] = parent["configurable"]["checkpoint_id"]
+    values = values or {}
+    versions = {k: str(step + 1) for k in values}
+    checkpoint: Checkpoint = {
+        **empty_checkpoint(),
+        "v": v,
+        "id": str(uuid6(clock_seq=step)),
+        "channel_values": values,
+        "channel_versions": versions,
+    }
+    meta = {"source": "loop", "step": step, "parents": {}, **(metadata or {})}
+    return saver.put(config, checkpoint, meta, versions)  # type: ignore[arg-type]
+
+
+def _namespaces(db: str, thread: str) -> dict[str, set[str]]:
+    with psycopg.connect(db) as conn:
+        return {
+            table: {r[0] for r in conn.execute(
+                f"SELECT checkpoint_ns FROM {table} WHERE thread_id = %s", (thread,)
+            )}
+            for table in ("checkpoints", "checkpoint_writes", "checkpoint_blobs")
+        }  # fmt: skip
+
+
+def _subgraph_calls_thread(saver: BaseCheckpointSaver[Any]) -> str:
+    """A root with two checkpoints and four subgraph namespaces, each started from the
+    older root checkpoint, the head, a root checkpoint not saved (yet), or - a
+    checkpointer=True subgraph, whose namespace has no task id - the older one."""
+    thread = str(uuid.uuid4())
+    older = _put(saver, thread, None, 0)
+    head = _put(saver, thread, older, 1)
+    started_from = {
+        "finished:1": older["configurable"]["checkpoint_id"],
+        "interrupted:2": head["configurable"]["checkpoint_id"],
+        "running:3": str(uuid6(clock_seq=2)),
+        "checkpointer_true": older["configurable"]["checkpoint_id"],
+    }
+    for ns, root in started_from.items():
+        parent = None
+        for step in range(3):
+            parent = _put(
+                saver, thread, parent, step, ns=ns, values={"a": [step]},
+                metadata={"parents": {"": root}},
+            )  # fmt: skip
+            saver.put_writes(parent, [("a", step)], str(uuid.uuid4()))
+    return thread
+
+
+def test_prune_deletes_a_subgraph_call_with_the_root_checkpoint_it_started_from(
+    db: str, peer: PostgresSaver, ours: DeterministicSaver
+) -> None:
+    survivors = []
+    for saver in (peer, ours):
+        thread = _subgraph_calls_thread(saver)
+        saver.prune([thread])
+        survivors.append(_namespaces(db, thread))
+    assert survivors[1] == survivors[0]
+    assert survivors[1]["checkpoints"] == {"", "interrupted:2", "running:3", "checkpointer_true"}
+
+
+def test_prune_keeps_a_pre_v4_heads_sends_parent_as_a_root(
+    peer: PostgresSaver, ours: DeterministicSaver
+) -> None:
+    from langgraph.checkpoint.serde.types import TASKS
+
+    seen = []
+    for saver in (peer, ours):
+        thread = str(uuid.uuid4())
+        first = _put(saver, thread, None, 0, v=1)
+        saver.put_writes(first, [(TASKS, "send-1")], str(uuid.uuid4()))
+        second = _put(saver, thread, first, 1, v=1)
+        head = _put(saver, thread, second, 2, v=1)
+        saver.put_writes(second, [(TASKS, "send-2")], str(uuid.uuid4()))
+        saver.prune([thread])
+        loaded, kept = saver.get_tuple(head), saver.get_tuple(second)
+        assert loaded is not None and kept is not None
+        assert saver.get_tuple(first) is None
+        seen.append(
+            (loaded.checkpoint["channel_values"][TASKS], loaded.parent_config == second,
+             kept.parent_config)
+        )  # fmt: skip
+    assert seen[1] == seen[0] == (["send-2"], True, None)
+
+
+def test_prune_of_one_string_is_a_type_error_as_in_the_peer(ours: DeterministicSaver) -> None:
+    with pytest.raises(TypeError, match="not a str"):
+        ours.prune("ab")
+
+
+@pytest.mark.parametrize("api", ["sync", "async"])
+async def test_prune_on_a_connection_the_caller_holds_in_a_pipeline(
+    db: str, peer: PostgresSaver, api: str
+) -> None:
+    """PostgresSaver(conn, pipe=conn.pipeline()) is a documented setup; the prune
+    transaction sets its isolation level and must not collide with the open pipeline."""
+    kwargs: dict[str, Any] = {"autocommit": True, "prepare_threshold": 0, "row_factory": dict_row}
+    thread = _subgraph_calls_thread(peer)
+    if api == "sync":
+        with psycopg.Connection.connect(db, **kwargs) as conn, conn.pipeline():
+            DeterministicSaver(conn, run_id_policy="off").prune([thread])
+    else:
+        aconn = await psycopg.AsyncConnection.connect(db, **kwargs)
+        async with aconn, aconn.pipeline():
+            await DeterministicSaver(aconn, run_id_policy="off").aprune([thread])
+    assert _namespaces(db, thread)["checkpoints"] == {
+        "", "interrupted:2", "running:3", "checkpointer_true"
+    }  # fmt: skip
+    with psycopg.connect(db) as conn:
+        (count,) = conn.execute(
+            "SELECT count(*) FROM checkpoints WHERE thread_id = %s AND checkpoint_ns = ''",
+            (thread,),
+        ).fetchone() or (0,)
+    assert count == 1
+
+
+def test_prune_leaves_a_thread_that_turns_delta_after_the_check(
+    db: str, ours: DeterministicSaver
+) -> None:
+    """A run saving a DeltaChannel checkpoint between prune's batch check and the
+    thread's transaction: the transaction sees it on its snapshot and changes nothing."""
+    from langgraph_deterministic.checkpointer import PruneRefusedError, _core
+    from langgraph_deterministic.checkpointer.saver import _execute
+
+    plain, turning = str(uuid.uuid4()), str(uuid.uuid4())
+    for thread in (plain, turning):
+        head = _put(ours, thread, None, 0, values={"a": [0]})
+        head = _put(ours, thread, head, 1, values={"a": [1]})
+    before = _namespaces(db, turning)
+    batches = 0
+
+    def execute(batch: _core.Batch) -> _core.Results:
+        nonlocal batches
+        batches += 1
+        if batches == 2:  # the batch check has passed: now a run turns the thread delta
+            with DeterministicSaver(db, run_id_policy="off") as other:
+                _put(other, turning, head, 2, metadata={"counters_since_delta_snapshot": {}})
+        with psycopg.connect(db, autocommit=True) as conn:
+            return _execute(conn, batch)
+
+    with pytest.raises(PruneRefusedError, match=f"{turning}.*pruned before it: {plain}"):
+        _core.run(_core.prune([plain, turning], "keep_latest"), execute)
+    with psycopg.connect(db) as conn:
+        counts = {
+            t: conn.execute("SELECT count(*) FROM checkpoints WHERE thread_id = %s", (t,))
+            .fetchone()[0]  # type: ignore[index]
+            for t in (plain, turning)
+        }
+    assert counts == {plain: 1, turning: 3}
+    assert _namespaces(db, turning) == before

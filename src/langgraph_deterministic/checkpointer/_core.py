@@ -589,13 +589,17 @@ class PruneRefusedError(DeterministicError, NotImplementedError):
     """keep_latest would lose state that a DeltaChannel rebuilds from older checkpoints."""
 
 
+class PruneArgumentError(ConfigurationError, TypeError):
+    """prune() got one thread id string (a TypeError, as PostgresSaver raises)."""
+
+
 PRUNE_STRATEGIES = ("keep_latest", "delete")
 
 
 def prune(thread_ids: Sequence[str], strategy: str) -> Operation[None]:
     if isinstance(thread_ids, str):
-        raise ConfigurationError(
-            "prune() takes a sequence of thread ids, not one string: prune([thread_id])."
+        raise PruneArgumentError(
+            "prune() takes a sequence of thread ids, not a str: prune([thread_id])."
         )
     if strategy not in PRUNE_STRATEGIES:
         raise ConfigurationError(
@@ -609,17 +613,30 @@ def prune(thread_ids: Sequence[str], strategy: str) -> Operation[None]:
         return
     (delta,) = yield Batch.read(queries()["delta_threads"], {"thread_ids": ids})
     if delta:
-        raise PruneRefusedError(
-            "keep_latest cannot prune threads that use a DeltaChannel (their latest value "
-            f"is rebuilt from older checkpoints): {', '.join(sorted(r[0] for r in delta))}. "
-            "Prune them with strategy='delete', or leave them out. Nothing was pruned."
-        )
-    # One transaction per thread, on one snapshot of it: a run appending meanwhile is safe.
-    for thread_id in ids:
-        yield Batch.write(
-            Statement(queries()["prune_keep_latest"], {"thread_id": thread_id}, prepare=False),
+        raise _delta_refusal(sorted(r[0] for r in delta), "Nothing was pruned.")
+    # One transaction per thread, on one snapshot of it: a run appending meanwhile is safe,
+    # and the statement checks again on that snapshot for a thread turned delta since.
+    for done, thread_id in enumerate(ids):
+        (refused,) = yield Batch.write(
+            Statement(
+                queries()["prune_keep_latest"], {"thread_id": thread_id}, fetch=True,
+                prepare=False,
+            ),
             isolation="repeatable read",
-        )
+        )  # fmt: skip
+        if refused and refused[0][0]:
+            pruned = ", ".join(ids[:done]) or "none"
+            raise _delta_refusal(
+                [thread_id], f"It was left as it was; threads pruned before it: {pruned}."
+            )
+
+
+def _delta_refusal(thread_ids: Sequence[str], outcome: str) -> PruneRefusedError:
+    return PruneRefusedError(
+        "keep_latest cannot prune threads that use a DeltaChannel (their latest value "
+        f"is rebuilt from older checkpoints): {', '.join(thread_ids)}. Prune them with "
+        f"strategy='delete', or leave them out. {outcome}"
+    )
 
 
 def delta_history(

@@ -91,14 +91,18 @@ def _execute(conn: Connection[Any], batch: Batch) -> Results:
     # Postgres rolls them all back. That is the atomicity we need, in one round trip;
     # psycopg's transaction() inside a pipeline would add three more syncs (BEGIN, COMMIT,
     # exit). Only a batch that sets an isolation level needs an explicit transaction.
-    with conn.pipeline(), _transaction(conn, batch) if batch.isolation else nullcontext():
-        for st in statements:
-            cur = conn.cursor(binary=True, row_factory=tuple_row)
-            if st.many:
-                cur.executemany(st.sql, st.params)  # type: ignore[arg-type]
-            else:
-                cur.execute(st.sql, st.params, prepare=st.prepare)
-            cursors.append(cur)
+    in_callers_pipeline = _in_pipeline(conn)
+    with conn.pipeline() as pipe:
+        if batch.isolation and in_callers_pipeline:
+            pipe.sync()  # see _in_pipeline
+        with _transaction(conn, batch) if batch.isolation else nullcontext():
+            for st in statements:
+                cur = conn.cursor(binary=True, row_factory=tuple_row)
+                if st.many:
+                    cur.executemany(st.sql, st.params)  # type: ignore[arg-type]
+                else:
+                    cur.execute(st.sql, st.params, prepare=st.prepare)
+                cursors.append(cur)
     return [
         cur.fetchall() if st.fetch else None for cur, st in zip(cursors, statements, strict=True)
     ]
@@ -123,18 +127,29 @@ async def _aexecute(conn: AsyncConnection[Any], batch: Batch) -> Results:
         return results
     cursors = []
     # One implicit transaction per pipeline sync; see _execute.
-    async with conn.pipeline(), _atransaction(conn, batch) if batch.isolation else nullcontext():
-        for st in statements:
-            cur = conn.cursor(binary=True, row_factory=tuple_row)
-            if st.many:
-                await cur.executemany(st.sql, st.params)  # type: ignore[arg-type]
-            else:
-                await cur.execute(st.sql, st.params, prepare=st.prepare)
-            cursors.append(cur)
+    in_callers_pipeline = _in_pipeline(conn)
+    async with conn.pipeline() as pipe:
+        if batch.isolation and in_callers_pipeline:
+            await pipe.sync()  # see _in_pipeline
+        async with _atransaction(conn, batch) if batch.isolation else nullcontext():
+            for st in statements:
+                cur = conn.cursor(binary=True, row_factory=tuple_row)
+                if st.many:
+                    await cur.executemany(st.sql, st.params)  # type: ignore[arg-type]
+                else:
+                    await cur.execute(st.sql, st.params, prepare=st.prepare)
+                cursors.append(cur)
     return [
         await cur.fetchall() if st.fetch else None
         for cur, st in zip(cursors, statements, strict=True)
     ]
+
+
+def _in_pipeline(conn: Connection[Any] | AsyncConnection[Any]) -> bool:
+    """Whether the caller holds the connection in pipeline mode (PostgresSaver's
+    ``pipe=`` setup). Its unsynced statements leave an implicit transaction open, after
+    which ``SET TRANSACTION ISOLATION LEVEL`` fails: a batch that sets one syncs first."""
+    return conn.info.pipeline_status != psycopg.pq.PipelineStatus.OFF
 
 
 @contextmanager
