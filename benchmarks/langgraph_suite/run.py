@@ -193,6 +193,11 @@ def main() -> int:
     parser.add_argument("--modes", default="theirs,ours-off,ours-warn")
     parser.add_argument("--suites", default=",".join(SUITES))
     parser.add_argument("--out", default=str(WORK / "out"))
+    parser.add_argument(
+        "--reuse",
+        default="",
+        help="modes whose results-*.json in --out are read instead of run (e.g. theirs)",
+    )
     parser.add_argument("pytest_args", nargs="*", help="extra pytest arguments, after --")
     args = parser.parse_args()
     modes = [m for m in args.modes.split(",") if m]
@@ -214,7 +219,12 @@ def main() -> int:
         for mode in modes:
             merged: dict[str, dict[str, str]] = {}
             for suite in suites:
-                res = run_one(suite, roots[suite], mode, base, admin, out, args.pytest_args)
+                saved = out / f"results-{mode}-{suite}.json"
+                if mode in args.reuse.split(",") and saved.exists():
+                    res = json.loads(saved.read_text())
+                    print(f"  {mode:9} {suite:19} reused {saved}")
+                else:
+                    res = run_one(suite, roots[suite], mode, base, admin, out, args.pytest_args)
                 merged.update({f"{suite}::{k}": v for k, v in res.items()})
             all_results[mode] = merged
             c = Counter(r["outcome"] for r in merged.values())
