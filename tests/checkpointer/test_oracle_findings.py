@@ -391,3 +391,21 @@ def test_prune_leaves_a_thread_that_turns_delta_after_the_check(
         }
     assert counts == {plain: 1, turning: 3}
     assert _namespaces(db, turning) == before
+
+
+async def test_a_sync_call_on_the_event_loop_is_an_invalid_state_error(db: str) -> None:
+    """As AsyncPostgresSaver: its tests (and callers) expect asyncio.InvalidStateError; from
+    another thread the same call works."""
+    import asyncio
+
+    from langgraph_deterministic.errors import ConfigurationError
+
+    aconn = await psycopg.AsyncConnection.connect(db, autocommit=True, row_factory=dict_row)
+    async with aconn:
+        saver = DeterministicSaver(aconn, run_id_policy="off")
+        config: RunnableConfig = {"configurable": {"thread_id": "on-loop", "checkpoint_ns": ""}}
+        await saver.aget_tuple(config)
+        with pytest.raises(asyncio.InvalidStateError) as info:
+            saver.get_tuple(config)
+        assert isinstance(info.value, ConfigurationError)
+        assert await asyncio.to_thread(saver.get_tuple, config) is None

@@ -171,6 +171,12 @@ async def _atransaction(conn: AsyncConnection[Any], batch: Batch) -> AsyncIterat
 # --- the saver ----------------------------------------------------------------------
 
 
+class SyncCallOnLoopError(ConfigurationError, asyncio.InvalidStateError):
+    """A sync method over an async connection, called from its event loop. Also an
+    ``asyncio.InvalidStateError``, which AsyncPostgresSaver raises in that case."""
+
+
+
 class DeterministicSaver(BaseCheckpointSaver[str]):
     """A Postgres checkpointer for LangGraph, drop-in compatible with
     ``langgraph-checkpoint-postgres`` (same tables), with the sync and the async API.
@@ -357,7 +363,7 @@ class DeterministicSaver(BaseCheckpointSaver[str]):
         except RuntimeError:
             running = None
         if loop is None or running is loop or not loop.is_running():
-            raise ConfigurationError(
+            raise SyncCallOnLoopError(
                 "This saver was given an async connection, so its sync methods work only "
                 "from another thread while its event loop runs. Use the async API "
                 "(graph.ainvoke/astream) or give the saver a DSN, a Connection or a "
