@@ -154,7 +154,9 @@ def main() -> None:
             "Under forced replay each durable step ends the attempt; 'inside the handler'\n"
             "covers only the last attempt (a full replay), the client figure covers all.\n"
         )
-    print("| 4 branches x 4 ops (one 400 ms op each) | wall | vs ideal 550 ms | vs serial 2200 ms |")
+    print(
+        "| 4 branches x 4 ops (one 400 ms op each) | wall | vs ideal 550 ms | vs serial 2200 ms |"
+    )
     print("|---|---|---|---|")
     for label, xs in (
         ("graph run inside the handler", inner),

@@ -1,10 +1,12 @@
 """``langgraph-deterministic``: apply migrations, show their status, run the demo.
 
-    langgraph-deterministic migrate [--dsn DSN] [--phase pre|post|all]
+    langgraph-deterministic migrate [--dsn DSN] [--phase pre|post|all] [--dry-run]
+                                    [--lock-timeout SECONDS] [--lock-retries N]
     langgraph-deterministic status  [--dsn DSN]
     langgraph-deterministic demo    [--dsn DSN]
 
-The DSN defaults to $DATABASE_URL.
+The DSN defaults to $DATABASE_URL. Exit codes: 0 success, 1 the command failed (e.g. a
+migration could not get its lock), 2 usage or connection error.
 """
 
 from __future__ import annotations
@@ -12,22 +14,39 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import time
 from collections.abc import Sequence
 
-from langgraph_deterministic.errors import DeterministicError
+from langgraph_deterministic.errors import (
+    ConfigurationError,
+    DatabaseUnavailableError,
+    DeterministicError,
+)
+
+EXIT_OK = 0
+EXIT_FAILED = 1
+EXIT_USAGE = 2
 
 
 def _dsn(args: argparse.Namespace) -> str:
     dsn: str | None = args.dsn or os.environ.get("DATABASE_URL")
     if not dsn:
-        raise SystemExit("error: pass --dsn or set DATABASE_URL")
+        raise ConfigurationError("pass --dsn or set DATABASE_URL")
     return dsn
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="langgraph-deterministic", description=__doc__)
-    sub = parser.add_subparsers(dest="command", required=True)
-    migrate = sub.add_parser("migrate", help="create or upgrade the checkpoint tables")
+# --- migrate / status -------------------------------------------------------------
+
+
+def _add_migrate(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    from langgraph_deterministic.checkpointer import _migrate
+
+    migrate = sub.add_parser(
+        "migrate",
+        help="create or upgrade the checkpoint tables",
+        description="Apply pending migrations, beside live workers: each statement waits "
+        "at most --lock-timeout for its lock and retries with backoff.",
+    )
     migrate.add_argument("--dsn")
     migrate.add_argument(
         "--phase",
@@ -35,33 +54,129 @@ def main(argv: Sequence[str] | None = None) -> int:
         default="all",
         help="pre: safe while old workers run; post: after every worker is upgraded",
     )
+    migrate.add_argument(
+        "--dry-run", action="store_true", help="print the SQL that would run; change nothing"
+    )
+    migrate.add_argument(
+        "--lock-timeout",
+        type=float,
+        default=_migrate.DEFAULT_LOCK_TIMEOUT,
+        metavar="SECONDS",
+        help="longest wait for a table lock per attempt (default %(default)s)",
+    )
+    migrate.add_argument(
+        "--lock-retries",
+        type=int,
+        default=_migrate.DEFAULT_LOCK_RETRIES,
+        metavar="N",
+        help="attempts after the first when a lock is not granted (default %(default)s)",
+    )
+
+
+def _cmd_migrate(args: argparse.Namespace) -> int:
+    from langgraph_deterministic.checkpointer import DeterministicSaver
+    from langgraph_deterministic.checkpointer._migrate import StepReport, label
+
+    def show(step: StepReport) -> None:
+        name = label(step.migration)
+        if args.dry_run:
+            note = f" ({step.reason})" if step.reason else ""
+            if step.action == "would skip":
+                print(f"-- {name}: skipped{note}: {' '.join(step.sql.split())[:100]}")
+            else:
+                print(f"-- {name} [{step.migration.phase}]{note}\n{step.sql.rstrip(';')};\n")
+            return
+        code = [
+            ln for ln in step.sql.splitlines() if ln.strip() and not ln.lstrip().startswith("--")
+        ]
+        what = " ".join(" ".join(code).split())[:70]
+        if step.action == "skipped":
+            print(f"{name}: skipped ({step.reason}): {what}", flush=True)
+        else:
+            tries = f", {step.attempts} attempts" if step.attempts > 1 else ""
+            print(f"{name}: {step.seconds:.2f} s{tries}: {what}", flush=True)
+
+    t0 = time.perf_counter()
+    with DeterministicSaver(_dsn(args), run_id_policy="off") as saver:
+        names = saver.setup(
+            phase=args.phase,
+            dry_run=args.dry_run,
+            lock_timeout=args.lock_timeout,
+            lock_retries=args.lock_retries,
+            progress=show,
+        )
+    elapsed = time.perf_counter() - t0
+    if args.dry_run:
+        print(
+            f"-- {len(names)} migration(s) would be applied"
+            + (f": {', '.join(names)}" if names else "")
+        )
+    elif names:
+        print(f"applied {len(names)} migration(s) in {elapsed:.2f} s: {', '.join(names)}")
+    else:
+        print("up to date")
+    return EXIT_OK
+
+
+def _add_status(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     status = sub.add_parser("status", help="list applied and pending migrations")
     status.add_argument("--dsn")
+
+
+def _cmd_status(args: argparse.Namespace) -> int:
+    from langgraph_deterministic.checkpointer import DeterministicSaver
+    from langgraph_deterministic.checkpointer._migrate import discover, label
+
+    with DeterministicSaver(_dsn(args), run_id_policy="off") as saver:
+        done = saver.applied_migrations()
+    pending = 0
+    for m in discover():
+        mark = "applied" if m.version in done else "pending"
+        pending += m.version not in done
+        print(f"{mark:8} {label(m)}")
+    print(f"{pending} pending" if pending else "up to date")
+    return EXIT_OK
+
+
+# --- demo ---------------------------------------------------------------------------
+
+
+def _add_demo(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     demo = sub.add_parser("demo", help="run the demo (embedded Postgres without --dsn)")
     demo.add_argument("--dsn")
-    args = parser.parse_args(argv)
 
+
+def _cmd_demo(args: argparse.Namespace) -> int:
+    from langgraph_deterministic.demo import main as demo_main
+
+    return int(demo_main(args.dsn))
+
+
+_COMMANDS = {"migrate": _cmd_migrate, "status": _cmd_status, "demo": _cmd_demo}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="langgraph-deterministic",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+    _add_migrate(sub)
+    _add_status(sub)
+    _add_demo(sub)
     try:
-        if args.command == "demo":
-            from langgraph_deterministic.demo import main as demo_main
-
-            return int(demo_main(args.dsn))
-        from langgraph_deterministic.checkpointer import DeterministicSaver
-        from langgraph_deterministic.checkpointer._migrate import discover
-
-        with DeterministicSaver(_dsn(args), run_id_policy="off") as saver:
-            if args.command == "migrate":
-                applied = saver.setup(phase=args.phase)
-                print("\n".join(f"applied {name}" for name in applied) or "up to date")
-            else:
-                done = saver.applied_migrations()
-                for m in discover():
-                    mark = "applied" if m.version in done else "pending"
-                    print(f"{mark:8} {m.version:04d}_{m.phase}_{m.name}")
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # argparse: --help (0) or a usage error (2)
+        return int(exc.code) if isinstance(exc.code, int) else EXIT_USAGE
+    try:
+        return _COMMANDS[args.command](args)
+    except (DatabaseUnavailableError, ConfigurationError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
     except DeterministicError as exc:
         print(f"error: {exc}", file=sys.stderr)
-        return 1
-    return 0
+        return EXIT_FAILED
 
 
 if __name__ == "__main__":

@@ -24,6 +24,19 @@ class SchemaNotReadyError(DeterministicError):
     """The checkpoint tables are missing or older than this version of the package."""
 
 
+class MigrationError(DeterministicError):
+    """A migration step failed or was cancelled. The step was rolled back (or, for an
+    index built CONCURRENTLY, is redone by the next run), the steps before it stay
+    applied, and the advisory lock is released: running the migration again completes it."""
+
+
+class MigrationLockTimeoutError(MigrationError):
+    """A migration step could not get its table lock within its short ``lock_timeout``
+    after every retry: other sessions kept transactions open on the table. Workers were
+    never stalled longer than one ``lock_timeout``. Fix: end those transactions (the
+    message names the oldest), then run the migration again."""
+
+
 class SerializationError(DeterministicError, TypeError):
     """A channel value or a pending write could not be serialised."""
 
@@ -77,6 +90,8 @@ __all__ = [
     "IncompatibleLangGraphError",
     "IncompatibleRestateError",
     "JournalClosedError",
+    "MigrationError",
+    "MigrationLockTimeoutError",
     "NondeterminismError",
     "RunIdRequiredError",
     "RunInputMismatchError",

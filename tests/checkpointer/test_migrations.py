@@ -14,7 +14,6 @@ from langgraph.checkpoint.postgres import PostgresSaver
 from psycopg.rows import dict_row
 
 from langgraph_deterministic import ConfigurationError, DeterministicSaver
-from langgraph_deterministic.checkpointer import _core
 from langgraph_deterministic.checkpointer._migrate import VERSION_TABLE, discover
 from langgraph_deterministic.embedded import create_database, database_name, drop_database
 
@@ -134,33 +133,3 @@ def test_an_interrupted_concurrent_index_build_is_redone(fresh: str) -> None:
 def test_post_phase_needs_the_pre_phase_first(fresh: str) -> None:
     with DeterministicSaver(fresh) as saver, pytest.raises(ConfigurationError, match="--phase pre"):
         saver.setup(phase="post")
-
-
-def test_run_id_filters_are_index_lookups(fresh: str) -> None:
-    with DeterministicSaver(fresh) as saver:
-        saver.setup()
-    sql = (
-        _core.queries()["select_checkpoint"]
-        + "\nWHERE (c.metadata ->> 'run_id') = %s AND c.metadata @> %s ORDER BY c.checkpoint_id DESC"
-    )
-    with psycopg.connect(fresh) as conn:
-        conn.execute(
-            "INSERT INTO checkpoints (thread_id, checkpoint_ns, checkpoint_id, checkpoint, metadata) "
-            "SELECT 't' || (g % 100), '', lpad(g::text, 10, '0'), '{}', "
-            "jsonb_build_object('run_id', 'run-' || g, 'step', 1) FROM generate_series(1, 20000) g"
-        )
-        conn.execute("ANALYZE checkpoints")
-        plan = "\n".join(
-            r[0]
-            for r in conn.execute(
-                "EXPLAIN " + sql, ("run-77", psycopg.types.json.Jsonb({"run_id": "run-77"}))
-            ).fetchall()
-        )
-        assert "checkpoints_run_id_idx" in plan, plan
-        delete_plan = "\n".join(
-            r[0]
-            for r in conn.execute(
-                "EXPLAIN " + _core.queries()["delete_for_runs"], {"run_ids": ["run-5", "run-6"]}
-            ).fetchall()
-        )
-        assert "checkpoints_run_id_idx" in delete_plan, delete_plan

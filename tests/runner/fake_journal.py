@@ -89,7 +89,9 @@ class FakeAttempt:
         if self.is_replaying():
             expected = self.store.commands[self.cursor]
             if expected != (kind, name):
-                raise JournalMismatch(f"journal has {expected} at {self.cursor}, code made {(kind, name)}")
+                raise JournalMismatch(
+                    f"journal has {expected} at {self.cursor}, code made {(kind, name)}"
+                )
             idx = self.cursor
             self.cursor += 1
             if idx in self.store.results:
@@ -166,7 +168,10 @@ class FakeAttempt:
                 if h not in self.running and h not in self.done:
                     self.running[h] = asyncio.get_running_loop().create_task(self._execute(h))
             self.changed.clear()
-            waiters = [asyncio.ensure_future(self.changed.wait()), asyncio.ensure_future(wake.wait())]
+            waiters = [
+                asyncio.ensure_future(self.changed.wait()),
+                asyncio.ensure_future(wake.wait()),
+            ]
             try:
                 await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
             finally:

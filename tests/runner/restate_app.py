@@ -112,8 +112,11 @@ def fanout_ctx_graph(width: int = 4) -> Any:
             out = []
             for j in range(2):
                 await jitter()
-                out.append(await ctx.run_typed(f"op{j}", effect, restate.RunOptions(),
-                                               f"b{i}.op{j}", state["req"]))
+                out.append(
+                    await ctx.run_typed(
+                        f"op{j}", effect, restate.RunOptions(), f"b{i}.op{j}", state["req"]
+                    )
+                )
             return {"results": out}
 
         return node
@@ -174,9 +177,7 @@ def nested_graph() -> Any:
         def leaf(j: int) -> Any:
             async def node(state: FanState) -> FanState:
                 await jitter()
-                return {
-                    "results": [await durable("leaf", effect, f"{prefix}.l{j}", state["req"])]
-                }
+                return {"results": [await durable("leaf", effect, f"{prefix}.l{j}", state["req"])]}
 
             return node
 
@@ -220,7 +221,9 @@ def gather_graph() -> Any:
 
             got = await asyncio.gather(*(one(j) for j in range(3)))
             ctx = restate_context()  # unchanged Restate code inside a parallel node
-            extra = await ctx.run_typed("ctx-run", effect, restate.RunOptions(), f"n{i}.ctx", state["req"])
+            extra = await ctx.run_typed(
+                "ctx-run", effect, restate.RunOptions(), f"n{i}.ctx", state["req"]
+            )
             return {"results": [*got, extra]}
 
         return run
@@ -241,8 +244,10 @@ def combinators_graph() -> Any:
         await restate.gather(f1, f2)  # routed futures work with restate.gather
         out = [await f1, await f2]
         try:
-            await restate.select(a=ctx.run_typed("sa", _sleep_op, restate.RunOptions(), 0.0),
-                                 b=ctx.run_typed("sb", _sleep_op, restate.RunOptions(), 0.0))
+            await restate.select(
+                a=ctx.run_typed("sa", _sleep_op, restate.RunOptions(), 0.0),
+                b=ctx.run_typed("sb", _sleep_op, restate.RunOptions(), 0.0),
+            )
         except NondeterminismError as exc:
             out.append("select refused" if "restate.gather" in str(exc) else str(exc))
         return {"results": out}

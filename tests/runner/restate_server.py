@@ -62,9 +62,20 @@ def ensure_binary() -> Path:
             raise RestateUnavailable("npm is not on PATH (needed to fetch restate-server)")
         try:
             proc = subprocess.run(
-                [npm, "install", "--prefix", str(cache), "--no-audit", "--no-fund",
-                 "--no-save", f"{RESTATE_PACKAGE}@{RESTATE_VERSION}"],
-                capture_output=True, text=True, timeout=900, check=False,
+                [
+                    npm,
+                    "install",
+                    "--prefix",
+                    str(cache),
+                    "--no-audit",
+                    "--no-fund",
+                    "--no-save",
+                    f"{RESTATE_PACKAGE}@{RESTATE_VERSION}",
+                ],
+                capture_output=True,
+                text=True,
+                timeout=900,
+                check=False,
             )
         except subprocess.TimeoutExpired as exc:
             raise RestateUnavailable(f"npm install of {RESTATE_PACKAGE} timed out") from exc
@@ -80,8 +91,9 @@ def ensure_binary() -> Path:
 
 def _version_ok(binary: Path) -> bool:
     try:
-        out = subprocess.run([str(binary), "--version"], capture_output=True, text=True,
-                             timeout=30, check=False)
+        out = subprocess.run(
+            [str(binary), "--version"], capture_output=True, text=True, timeout=30, check=False
+        )
     except (OSError, subprocess.TimeoutExpired):
         return False
     return RESTATE_VERSION in out.stdout
@@ -107,9 +119,12 @@ def _wait_port(port: int, deadline: float, proc: subprocess.Popen[Any], what: st
 
 def http(method: str, url: str, body: Any = None, timeout: float = 60.0) -> tuple[int, Any]:
     data = None if body is None else json.dumps(body).encode()
-    req = urllib.request.Request(url, data=data, method=method,
-                                 headers={"content-type": "application/json",
-                                          "accept": "application/json"})
+    req = urllib.request.Request(
+        url,
+        data=data,
+        method=method,
+        headers={"content-type": "application/json", "accept": "application/json"},
+    )
     try:
         with urllib.request.urlopen(req, timeout=timeout) as resp:
             raw = resp.read()
@@ -167,9 +182,18 @@ class RestateServer:
         log = open(self.base / "restate.log", "wb")  # noqa: SIM115 - lives with the process
         env = {k: v for k, v in os.environ.items() if not k.startswith("RESTATE_")}
         self.proc = subprocess.Popen(
-            [str(self.binary), "--config-file", str(config), "--base-dir",
-             str(self.base / "data"), "--no-logo"],
-            stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True,
+            [
+                str(self.binary),
+                "--config-file",
+                str(config),
+                "--base-dir",
+                str(self.base / "data"),
+                "--no-logo",
+            ],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=env,
+            start_new_session=True,
         )
         deadline = time.monotonic() + 60
         _wait_port(self.admin_port, deadline, self.proc, "restate-server")
@@ -210,8 +234,9 @@ class RestateServer:
 class ServiceProcess:
     """``hypercorn restate_app:app`` on a fixed loopback port, restartable after kill -9."""
 
-    def __init__(self, port: int | None = None, app: str = "restate_app:app",
-                 cwd: Path = HERE) -> None:
+    def __init__(
+        self, port: int | None = None, app: str = "restate_app:app", cwd: Path = HERE
+    ) -> None:
         self.port = port or free_port()
         self.app = app
         self.cwd = cwd
@@ -229,9 +254,20 @@ class ServiceProcess:
         )
         log = open(self.log_path, "ab")  # noqa: SIM115 - lives with the process
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "hypercorn", "--bind", f"127.0.0.1:{self.port}",
-             "--graceful-timeout", "0", self.app],
-            cwd=str(self.cwd), env=env, stdout=log, stderr=subprocess.STDOUT,
+            [
+                sys.executable,
+                "-m",
+                "hypercorn",
+                "--bind",
+                f"127.0.0.1:{self.port}",
+                "--graceful-timeout",
+                "0",
+                self.app,
+            ],
+            cwd=str(self.cwd),
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
             start_new_session=True,
         )
         _wait_port(self.port, time.monotonic() + 60, self.proc, "hypercorn service")
@@ -289,5 +325,8 @@ class RestateEnv:
         return str(out["invocationId"])
 
     def attach(self, invocation_id: str, timeout: float = 60.0) -> tuple[int, Any]:
-        return http("GET", f"{self.server.ingress}/restate/invocation/{invocation_id}/attach",
-                    timeout=timeout)
+        return http(
+            "GET",
+            f"{self.server.ingress}/restate/invocation/{invocation_id}/attach",
+            timeout=timeout,
+        )

@@ -48,8 +48,9 @@ def _value(key: str) -> str:
     return f"v:{key}"
 
 
-async def _task(sched: OpScheduler[Any], t: int, steps: list[tuple[str, int]],
-                rnd: random.Random) -> list[str]:
+async def _task(
+    sched: OpScheduler[Any], t: int, steps: list[tuple[str, int]], rnd: random.Random
+) -> list[str]:
     seen: list[str] = []
     for s, (kind, n) in enumerate(steps):
         if kind == "work":
@@ -68,14 +69,19 @@ async def _task(sched: OpScheduler[Any], t: int, steps: list[tuple[str, int]],
 
 def _expected(program: list[list[tuple[str, int]]]) -> list[list[str]]:
     return [
-        [_value(f"t{t}/s{s}/op{j}") for s, (kind, n) in enumerate(steps) if kind == "ops"
-         for j in range(n)]
+        [
+            _value(f"t{t}/s{s}/op{j}")
+            for s, (kind, n) in enumerate(steps)
+            if kind == "ops"
+            for j in range(n)
+        ]
         for t, steps in enumerate(program)
     ]
 
 
-async def _attempt_core(store: Store, program: list[list[tuple[str, int]]], rnd: random.Random,
-                        crash_after: int | None) -> tuple[FakeAttempt, list[list[str]] | None]:
+async def _attempt_core(
+    store: Store, program: list[list[tuple[str, int]]], rnd: random.Random, crash_after: int | None
+) -> tuple[FakeAttempt, list[list[str]] | None]:
     attempt = FakeAttempt(store, io_ticks=lambda _name: rnd.randint(0, 4), crash_after=crash_after)
     sched: OpScheduler[Any] = OpScheduler(attempt)
     sched.start()
@@ -109,16 +115,18 @@ def _check_store(store: Store, crashed: bool) -> None:
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(program=programs, crashes=crash_points, seed=st.integers(0, 2**32 - 1))
-def test_replay_reproduces_the_journal(program: list[list[tuple[str, int]]],
-                                       crashes: list[int], seed: int) -> None:
+def test_replay_reproduces_the_journal(
+    program: list[list[tuple[str, int]]], crashes: list[int], seed: int
+) -> None:
     async def scenario() -> None:
         store = Store()
         rnd = random.Random(seed)
         out = None
         for crash_after in [*crashes, None]:
             # each attempt: new I/O timing and a new wake-up order
-            _attempt, out = await _attempt_core(store, program, random.Random(rnd.random()),
-                                               crash_after)
+            _attempt, out = await _attempt_core(
+                store, program, random.Random(rnd.random()), crash_after
+            )
             if out is not None:
                 break
         assert out == _expected(program)
@@ -212,19 +220,27 @@ GRAPH = _graph()
 
 
 def _graph_expected(n: int) -> list[str]:
-    labels = ["start", *(f"b{i}.{j}" for i in (0, 1, 10, 11) for j in range(2)),
-              *(f"w{i}" for i in range(n)), "g0", "g1", "g2"]
+    labels = [
+        "start",
+        *(f"b{i}.{j}" for i in (0, 1, 10, 11) for j in range(2)),
+        *(f"w{i}" for i in range(n)),
+        "g0",
+        "g1",
+        "g2",
+    ]
     return sorted(f"{x}:ok" for x in labels)
 
 
-async def _attempt_graph(store: Store, n: int, rnd: random.Random,
-                         crash_after: int | None) -> tuple[FakeAttempt, list[str] | None]:
+async def _attempt_graph(
+    store: Store, n: int, rnd: random.Random, crash_after: int | None
+) -> tuple[FakeAttempt, list[str] | None]:
     attempt = FakeAttempt(store, io_ticks=lambda _name: rnd.randint(0, 4), crash_after=crash_after)
     _RND["r"] = rnd
     runner = DeterministicRunner(journal=FakeJournal(attempt))
     try:
-        out = await asyncio.wait_for(runner.ainvoke(GRAPH, {"n": n, "results": []}),
-                                     ATTEMPT_TIMEOUT)
+        out = await asyncio.wait_for(
+            runner.ainvoke(GRAPH, {"n": n, "results": []}), ATTEMPT_TIMEOUT
+        )
     except Crash:
         return attempt, None
     return attempt, sorted(out["results"])
@@ -238,8 +254,7 @@ def test_graph_replay_reproduces_the_journal(n: int, crashes: list[int], seed: i
         rnd = random.Random(seed)
         out = None
         for crash_after in [*crashes, None]:
-            _attempt, out = await _attempt_graph(store, n, random.Random(rnd.random()),
-                                                crash_after)
+            _attempt, out = await _attempt_graph(store, n, random.Random(rnd.random()), crash_after)
             if out is not None:
                 break
         assert out == _graph_expected(n)

@@ -60,11 +60,15 @@ SHAPES: dict[str, dict[str, Any]] = {
         "summary": None,
     },
     "agents": {
-        "effects": [f"tool.{t}.{c}" for t in ("population", "timezone", "weather")
-                    for c in ("paris", "rome")],
-        "results": sorted(" / ".join(f"tool.{t}.{c}:ok" for t in ("population", "timezone",
-                                                                    "weather"))
-                          for c in ("paris", "rome")),
+        "effects": [
+            f"tool.{t}.{c}"
+            for t in ("population", "timezone", "weather")
+            for c in ("paris", "rome")
+        ],
+        "results": sorted(
+            " / ".join(f"tool.{t}.{c}:ok" for t in ("population", "timezone", "weather"))
+            for c in ("paris", "rome")
+        ),
         "summary": None,
     },
     "agent": {
@@ -110,7 +114,9 @@ def runs_without_result(env: RestateEnv, invocation_id: str) -> int:
     return len(created - completed)
 
 
-def check_outcome(env: RestateEnv, shape: str, iid: str, status: int, out: Any, effects: Path) -> None:
+def check_outcome(
+    env: RestateEnv, shape: str, iid: str, status: int, out: Any, effects: Path
+) -> None:
     spec = SHAPES[shape]
     row = invocation_row(env, iid)
     assert status == 200, (status, out, row, env.service.log_text()[-3000:])
@@ -143,8 +149,11 @@ def test_shape_replays_deterministically(
 
 # (shape, side effect held in flight at the kill, side effects that finish before it)
 KILL_CASES = [
-    ("fanout", "b2.op1", ["plan", "b0.op0", "b0.op1", "b1.op0", "b1.op1", "b2.op0",
-                          "b3.op0", "b3.op1"]),
+    (
+        "fanout",
+        "b2.op1",
+        ["plan", "b0.op0", "b0.op1", "b1.op0", "b1.op1", "b2.op0", "b3.op0", "b3.op1"],
+    ),
     ("mapreduce", "w3.store", ["split", *(x for x in MAP if x != "w3.store")]),
     ("nested", "s1.l0", ["s0.l0", "s0.l1", "s0.after", "s1.l1"]),
     ("gather", "n1.c2", [x for x in GATHER if x not in ("n1.c2", "n1.ctx")]),
@@ -173,7 +182,8 @@ KILL_CASES_FORCED = [
 @pytest.mark.parametrize(
     ("regime", "shape", "held", "before"),
     [("no-replay", *c) for c in KILL_CASES] + [("forced-replay", *c) for c in KILL_CASES_FORCED],
-    ids=[f"no-replay-{c[0]}" for c in KILL_CASES] + [f"forced-replay-{c[0]}" for c in KILL_CASES_FORCED],
+    ids=[f"no-replay-{c[0]}" for c in KILL_CASES]
+    + [f"forced-replay-{c[0]}" for c in KILL_CASES_FORCED],
 )
 def test_kill9_mid_invocation_then_restart(
     restate_envs: Any, regime: str, shape: str, held: str, before: list[str], tmp_path: Path
@@ -207,11 +217,16 @@ def test_example_service_runs_under_forced_replay(restate_envs: Any) -> None:
     example.start()
     try:
         env.server.register(example.uri)
-        status, out = http("POST", f"{env.server.ingress}/Research/run",
-                           {"topics": ["tides", "moons", "orbits"]}, timeout=INVOCATION_TIMEOUT)
+        status, out = http(
+            "POST",
+            f"{env.server.ingress}/Research/run",
+            {"topics": ["tides", "moons", "orbits"]},
+            timeout=INVOCATION_TIMEOUT,
+        )
         assert status == 200, (status, out, example.log_text()[-2000:])
         assert out["report"].splitlines() == sorted(
-            f"FACTS ABOUT {t.upper()} #{len('facts about ' + t)}" for t in ("tides", "moons", "orbits")
+            f"FACTS ABOUT {t.upper()} #{len('facts about ' + t)}"
+            for t in ("tides", "moons", "orbits")
         )
     finally:
         example.stop()

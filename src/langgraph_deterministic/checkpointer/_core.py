@@ -390,18 +390,29 @@ def list_checkpoints(
     if before is not None and (before_id := get_checkpoint_id(before)):
         wheres.append("c.checkpoint_id < %s")
         params.append(before_id)
-    sql = queries()["select_checkpoint"]
-    if wheres:
-        sql += "\nWHERE " + " AND ".join(wheres)
-    sql += "\nORDER BY c.checkpoint_id DESC"
+    where = ("WHERE " + " AND ".join(wheres)) if wheres else ""
     if limit is not None:
-        sql += " LIMIT %s"
         params.append(int(limit))
-    (rows,) = yield Batch.read(sql, params)
+    (rows,) = yield Batch.read(_list_sql(where, limit is not None), params)
     if not rows:
         return []
     yield from _with_pending_sends(codec, rows)
     return [load_tuple(codec, r) for r in rows]
+
+
+@cache
+def _list_sql(where: str, limited: bool) -> str:
+    """select_checkpoint over the page of checkpoints only: the rows are chosen, sorted
+    and cut to ``limit`` first, and only they get their blobs and writes. Joined before
+    the sort, every matching checkpoint's blobs would be loaded and sorted (a thread's
+    whole history for a list without checkpoint_ns, all of them for a global filter)."""
+    page = queries()["list_page"].replace("{where}", where)
+    if limited:
+        page += " LIMIT %s"
+    select = queries()["select_checkpoint"]
+    source = "FROM checkpoints c\n"
+    assert source in select, "select_checkpoint must read `FROM checkpoints c`"
+    return select.replace(source, f"FROM ({page}) c\n", 1) + "\nORDER BY c.checkpoint_id DESC"
 
 
 def put(
@@ -571,7 +582,10 @@ def delete_for_runs(run_ids: Sequence[str]) -> Operation[None]:
     ids = [str(r) for r in run_ids]
     if not ids:
         return
-    yield Batch.write(Statement(queries()["delete_for_runs"], {"run_ids": ids}, prepare=False))
+    yield Batch.write(
+        Statement(queries()["no_jit"], prepare=False),
+        Statement(queries()["delete_for_runs"], {"run_ids": ids}, prepare=False),
+    )
 
 
 def copy_thread(source: str, target: str) -> Operation[None]:
@@ -687,15 +701,16 @@ def delta_history(
 def run(operation: Operation[T], execute: Callable[[Batch], Results]) -> T:
     """Drive ``operation`` with a synchronous ``execute(batch) -> results``.
 
-    A failed batch is thrown into the operation, so it can clean up (release a lock)
-    with one more batch before the error propagates.
+    A failed or interrupted batch (an error, Ctrl-C, a cancelled task: psycopg cancels
+    the query and leaves the connection usable) is thrown into the operation, so it can
+    clean up (release a lock) with one more batch before the error propagates.
     """
     try:
         batch = next(operation)
         while True:
             try:
                 results = execute(batch)
-            except Exception as exc:
+            except BaseException as exc:  # also KeyboardInterrupt: the operation cleans up
                 batch = operation.throw(exc)
             else:
                 batch = operation.send(results)
@@ -710,7 +725,7 @@ async def arun(operation: Operation[T], execute: Callable[[Batch], Awaitable[Res
         while True:
             try:
                 results = await execute(batch)
-            except Exception as exc:
+            except BaseException as exc:  # also CancelledError: the operation cleans up
                 batch = operation.throw(exc)
             else:
                 batch = operation.send(results)

@@ -19,6 +19,7 @@ from contextlib import (
     asynccontextmanager,
     contextmanager,
     nullcontext,
+    suppress,
 )
 from types import TracebackType
 from typing import Any, Literal, TypeVar
@@ -413,13 +414,52 @@ class DeterministicSaver(BaseCheckpointSaver[str]):
 
     # -- schema ----------------------------------------------------------------------
 
-    def setup(self, *, phase: _migrate.Phase = "all") -> list[str]:
-        """Create or upgrade the tables; safe to call from many processes at once.
-        Returns the names of the migrations applied."""
-        return self._run(_locked(_migrate.migrate(phase)))
+    def setup(
+        self,
+        *,
+        phase: _migrate.Phase = "all",
+        lock_timeout: float = _migrate.DEFAULT_LOCK_TIMEOUT,
+        lock_retries: int = _migrate.DEFAULT_LOCK_RETRIES,
+        dry_run: bool = False,
+        progress: _migrate.Progress | None = None,
+    ) -> list[str]:
+        """Create or upgrade the tables; safe to call from many processes at once and
+        beside live workers. Returns the names of the migrations applied.
 
-    async def asetup(self, *, phase: _migrate.Phase = "all") -> list[str]:
-        return await self._arun(_locked(_migrate.migrate(phase)))
+        Every statement waits at most ``lock_timeout`` seconds for its lock, then
+        retries with backoff up to ``lock_retries`` times before raising
+        ``MigrationLockTimeoutError``. ``dry_run`` only reads: it reports to ``progress``
+        each statement that would run and returns the migrations that would apply.
+        """
+        return self._run(self._migration(phase, lock_timeout, lock_retries, dry_run, progress))
+
+    async def asetup(
+        self,
+        *,
+        phase: _migrate.Phase = "all",
+        lock_timeout: float = _migrate.DEFAULT_LOCK_TIMEOUT,
+        lock_retries: int = _migrate.DEFAULT_LOCK_RETRIES,
+        dry_run: bool = False,
+        progress: _migrate.Progress | None = None,
+    ) -> list[str]:
+        """Async :meth:`setup`."""
+        return await self._arun(
+            self._migration(phase, lock_timeout, lock_retries, dry_run, progress)
+        )
+
+    @staticmethod
+    def _migration(
+        phase: _migrate.Phase,
+        lock_timeout: float,
+        lock_retries: int,
+        dry_run: bool,
+        progress: _migrate.Progress | None,
+    ) -> Operation[list[str]]:
+        policy = _migrate.LockPolicy(timeout=lock_timeout, retries=lock_retries)
+        operation = _migrate.migrate(phase, policy=policy, dry_run=dry_run, progress=progress)
+        if dry_run:
+            return _named(operation)
+        return _locked(operation, policy)
 
     def applied_migrations(self) -> set[int]:
         """Versions of this package's migrations applied to the database."""
@@ -564,35 +604,51 @@ class DeterministicSaver(BaseCheckpointSaver[str]):
         return await self._arun(_core.delta_history(self._codec, config, channels))
 
 
-def _locked(operation: Operation[list[_migrate.Migration]]) -> Operation[list[str]]:
-    """Hold the migrations' advisory lock around ``operation``. The lock is per session,
-    so it must be released on the same connection even when a migration fails."""
+def _named(operation: Operation[list[_migrate.Migration]]) -> Operation[list[str]]:
+    return [_migrate.label(m) for m in (yield from operation)]
+
+
+def _locked(
+    operation: Operation[list[_migrate.Migration]], policy: _migrate.LockPolicy
+) -> Operation[list[str]]:
+    """Hold the migrations' advisory lock, with the session's lock_timeout set to the
+    policy's, around ``operation``. Both are per session, so both are put back on the
+    same connection however the operation ends: an error, a cancelled task, Ctrl-C (the
+    driver throws those in here too). A pooled connection goes back to its pool as it
+    came; a session that died (pg_terminate_backend, a lost network) took both with it."""
     key = (_migrate.ADVISORY_LOCK_KEY,)
-    try_lock = Batch(
-        (_core.Statement(_migrate.TRY_LOCK_SQL, key, fetch=True, prepare=False),), pipeline=False
-    )
-    pause = Batch((_core.Statement(_migrate.LOCK_POLL_SQL, prepare=False),), pipeline=False)
-    unlock = Batch((_core.Statement(_migrate.UNLOCK_SQL, key, prepare=False),), pipeline=False)
+
+    def single(sql: str, params: Sequence[Any] | None = None) -> Batch:
+        return Batch((_core.Statement(sql, params, fetch=True, prepare=False),), pipeline=False)
+
+    (saved,) = yield single(_migrate.GET_LOCK_TIMEOUT_SQL)
+    previous = saved[0][0] if saved else "0"
     for _ in range(_migrate.LOCK_WAIT_POLLS):
-        (rows,) = yield try_lock
+        (rows,) = yield single(_migrate.TRY_LOCK_SQL, key)
         if rows and rows[0][0]:
             break
-        yield pause
+        yield single(_migrate.LOCK_POLL_SQL)
     else:
         raise ConfigurationError(
             "Another process has been applying migrations for 5 minutes (it holds the "
             "advisory lock). Wait for it, or look for a stuck `langgraph-deterministic "
             "migrate` / setup() in pg_stat_activity."
         )
+    release = single(
+        "SELECT set_config('lock_timeout', %s, false), pg_advisory_unlock(%s)",
+        (previous, *key),
+    )
     try:
+        yield single(_migrate.SET_LOCK_TIMEOUT_SQL, (policy.timeout_setting,))
         applied = yield from operation
     except GeneratorExit:
         raise
     except BaseException:
-        yield unlock  # the driver throws a failed batch in here: release, then re-raise
+        with suppress(Exception):  # if the session is gone, its lock went with it
+            yield release
         raise
-    yield unlock
-    return [f"{m.version:04d}_{m.phase}_{m.name}" for m in applied]
+    yield release
+    return [_migrate.label(m) for m in applied]
 
 
 def _check_dsn(dsn: str) -> None:

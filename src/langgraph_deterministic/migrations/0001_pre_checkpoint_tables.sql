@@ -1,6 +1,7 @@
 -- The checkpoint tables, column for column those of langgraph-checkpoint-postgres at its
 -- migration v9, so a deployment can switch savers in either direction. Every statement is
--- IF NOT EXISTS: on a database PostgresSaver already set up, nothing of theirs changes.
+-- IF NOT EXISTS (CREATE TABLE IF NOT EXISTS locks nothing when the table exists): on a
+-- database PostgresSaver already set up, nothing of theirs changes or is locked.
 CREATE TABLE IF NOT EXISTS checkpoint_migrations (
     v INTEGER PRIMARY KEY
 );
@@ -40,8 +41,22 @@ CREATE TABLE IF NOT EXISTS checkpoint_writes (
 );
 
 -- A database PostgresSaver created before its v9 lacks this column. ADD COLUMN with a
--- constant default is a catalog-only change (no table rewrite) since Postgres 11.
-ALTER TABLE checkpoint_writes ADD COLUMN IF NOT EXISTS task_path TEXT NOT NULL DEFAULT '';
+-- constant default is a catalog-only change (no table rewrite) since Postgres 11, but
+-- ALTER TABLE takes ACCESS EXCLUSIVE even when IF NOT EXISTS then finds the column: it
+-- would queue behind any open transaction on the table, and every worker behind it. So
+-- the catalog is read first and the ALTER runs only when the column is missing (under
+-- the migration's short lock_timeout, retried by the runner).
+DO $$
+BEGIN
+    IF NOT EXISTS (
+        SELECT 1 FROM pg_attribute
+        WHERE attrelid = to_regclass('checkpoint_writes') AND attname = 'task_path'
+          AND NOT attisdropped
+    ) THEN
+        ALTER TABLE checkpoint_writes ADD COLUMN task_path TEXT NOT NULL DEFAULT '';
+    END IF;
+END
+$$;
 
 -- Record the peer's versions we have brought the schema to, so PostgresSaver.setup() run
 -- later finds nothing to do. Rows that are already there are left alone.

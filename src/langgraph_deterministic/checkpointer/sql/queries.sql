@@ -5,6 +5,10 @@
 -- One checkpoint with its blobs and its pending writes, in one round trip. The blob and
 -- write columns are parallel arrays, so the row maps to a CheckpointTuple without a
 -- second query. Writes come back unsorted; the core sorts them by writes_sort_key.
+-- Each blob is one primary-key lookup (OFFSET 0 keeps the planner from turning the
+-- lookups into a join): with the thread's and namespace's selectivities multiplied, the
+-- planner would otherwise estimate one blob per thread and hash them all, every blob of
+-- the thread for every checkpoint read, which grows with the thread.
 SELECT
     c.thread_id,
     c.checkpoint_ns,
@@ -20,9 +24,12 @@ LEFT JOIN LATERAL (
     SELECT array_agg(bl.channel) AS channels, array_agg(bl.type) AS types,
            array_agg(bl.blob) AS blobs
     FROM jsonb_each_text(c.checkpoint -> 'channel_versions') AS v
-    JOIN checkpoint_blobs bl
-      ON bl.thread_id = c.thread_id AND bl.checkpoint_ns = c.checkpoint_ns
-     AND bl.channel = v.key AND bl.version = v.value
+    CROSS JOIN LATERAL (
+        SELECT k.channel, k.type, k.blob FROM checkpoint_blobs k
+        WHERE k.thread_id = c.thread_id AND k.checkpoint_ns = c.checkpoint_ns
+          AND k.channel = v.key AND k.version = v.value
+        OFFSET 0
+    ) bl
 ) b ON true
 LEFT JOIN LATERAL (
     SELECT array_agg(cw.task_id) AS task_ids, array_agg(cw.channel) AS channels,
@@ -32,6 +39,15 @@ LEFT JOIN LATERAL (
     WHERE cw.thread_id = c.thread_id AND cw.checkpoint_ns = c.checkpoint_ns
       AND cw.checkpoint_id = c.checkpoint_id
 ) w ON true
+
+-- name: list_page
+-- The checkpoints one list() call returns, before their blobs and writes are joined to
+-- them (see _core._list_sql): {where} is built from the config, filter and before.
+SELECT c.thread_id, c.checkpoint_ns, c.checkpoint_id, c.parent_checkpoint_id,
+       c.checkpoint, c.metadata
+FROM checkpoints c
+{where}
+ORDER BY c.checkpoint_id DESC
 
 -- name: pending_sends
 -- Checkpoints of format v < 4 kept pending Send packets as writes of their parent.
@@ -84,37 +100,68 @@ WITH c AS (DELETE FROM checkpoints WHERE thread_id = ANY(%(thread_ids)s)),
      r AS (DELETE FROM lgd_runs WHERE thread_id = ANY(%(thread_ids)s))
 DELETE FROM checkpoint_blobs WHERE thread_id = ANY(%(thread_ids)s)
 
+-- name: no_jit
+-- For the rest of this transaction (the batch's pipeline): no JIT compilation. The
+-- planner prices every jsonb_each_text() at 100 rows, so a delete of a few runs can look
+-- costly enough to compile (~300 ms) for a few milliseconds of work.
+SELECT set_config('jit', 'off', true)
+
 -- name: delete_for_runs
 -- The runs' checkpoints, their pending writes, and the blobs that only they referenced.
--- All CTEs read one snapshot, so `kept` is computed against the rows before the delete.
+-- All CTEs read one snapshot, so the NOT EXISTS sees the rows before the delete.
+-- Every step is a lookup by key (ledger rows through lgd_runs_run_id_idx, blobs by
+-- primary key then by ctid): the work and the plan's cost follow the rows deleted, not
+-- the table sizes, so no JIT is compiled for a few rows and nothing is scanned whole.
 WITH doomed AS (
     DELETE FROM checkpoints
     WHERE (metadata ->> 'run_id') = ANY(%(run_ids)s)
-    RETURNING thread_id, checkpoint_ns, checkpoint_id, checkpoint -> 'channel_versions' AS versions
+    RETURNING thread_id, checkpoint_ns, checkpoint_id, parent_checkpoint_id,
+              checkpoint -> 'channel_versions' AS versions
 ), writes AS (
     DELETE FROM checkpoint_writes w USING doomed d
     WHERE w.thread_id = d.thread_id AND w.checkpoint_ns = d.checkpoint_ns
       AND w.checkpoint_id = d.checkpoint_id
 ), chain AS (
-    -- A deleted checkpoint no longer holds its parent's child slot.
+    -- A deleted checkpoint no longer holds its parent's child slot (looked up by key).
     DELETE FROM lgd_chain ch USING doomed d
     WHERE ch.thread_id = d.thread_id AND ch.checkpoint_ns = d.checkpoint_ns
+      AND ch.parent_checkpoint_id = coalesce(d.parent_checkpoint_id, '')
       AND ch.checkpoint_id = d.checkpoint_id
 ), ledger AS (
     DELETE FROM lgd_runs WHERE run_id = ANY(%(run_ids)s)
 ), freed AS (
     SELECT DISTINCT d.thread_id, d.checkpoint_ns, v.key AS channel, v.value AS version
     FROM doomed d CROSS JOIN LATERAL jsonb_each_text(d.versions) AS v
+), namespaces AS (
+    SELECT DISTINCT thread_id, checkpoint_ns FROM freed
+), referenced AS (
+    -- What the checkpoints that stay still reference, in one pass over each namespace
+    -- touched (OFFSET 0: each namespace read by its key, whatever the estimates).
+    SELECT n.thread_id, n.checkpoint_ns, r.channel, r.version
+    FROM namespaces n
+    CROSS JOIN LATERAL (
+        SELECT v.key AS channel, v.value AS version
+        FROM checkpoints c
+        CROSS JOIN LATERAL jsonb_each_text(c.checkpoint -> 'channel_versions') AS v
+        WHERE c.thread_id = n.thread_id AND c.checkpoint_ns = n.checkpoint_ns
+          AND NOT coalesce((c.metadata ->> 'run_id') = ANY(%(run_ids)s), false)
+        OFFSET 0
+    ) r
+), unreferenced AS (
+    SELECT k.ctid FROM freed f
+    CROSS JOIN LATERAL (
+        SELECT b.ctid FROM checkpoint_blobs b
+        WHERE b.thread_id = f.thread_id AND b.checkpoint_ns = f.checkpoint_ns
+          AND b.channel = f.channel AND b.version = f.version
+        OFFSET 0
+    ) k
+    WHERE NOT EXISTS (
+        SELECT 1 FROM referenced r
+        WHERE r.thread_id = f.thread_id AND r.checkpoint_ns = f.checkpoint_ns
+          AND r.channel = f.channel AND r.version = f.version
+    )
 )
-DELETE FROM checkpoint_blobs b USING freed f
-WHERE b.thread_id = f.thread_id AND b.checkpoint_ns = f.checkpoint_ns
-  AND b.channel = f.channel AND b.version = f.version
-  AND NOT EXISTS (
-      SELECT 1 FROM checkpoints c
-      WHERE c.thread_id = f.thread_id AND c.checkpoint_ns = f.checkpoint_ns
-        AND c.checkpoint -> 'channel_versions' ->> f.channel = f.version
-        AND NOT coalesce((c.metadata ->> 'run_id') = ANY(%(run_ids)s), false)
-  )
+DELETE FROM checkpoint_blobs b WHERE b.ctid = ANY(ARRAY(SELECT ctid FROM unreferenced))
 
 -- name: copy_thread
 -- A whole thread (every namespace, blob and pending write) under a new thread_id. Rows
