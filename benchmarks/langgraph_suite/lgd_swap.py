@@ -10,6 +10,8 @@ Driven by ``run.py`` through environment variables:
 ``LGD_SUITE_DB``       scratch database standing in for their ``postgres`` database
 ``LGD_SUITE_KIND``     ``langgraph`` or ``checkpoint-postgres`` (which items to keep)
 ``LGD_SUITE_RESULTS``  JSON file this plugin writes: nodeid -> outcome and message
+                       (rewritten every 50 tests, so a run cut short still counts)
+``LGD_SUITE_ONLY``     optional: a comma list of the six fixtures to keep
 
 After collection the plugin keeps only the Postgres items (see ``_keep``), points their
 URI constants at our server, and - with ``ours`` - replaces the saver classes in their
@@ -68,7 +70,8 @@ def _keep(item: pytest.Item) -> bool:
     params = getattr(getattr(item, "callspec", None), "params", {})
     if params.get("cache") == "redis":
         return False  # needs a Redis server, which neither side gets here
-    return any(params.get(name) in SIX for name in ("sync_checkpointer", "async_checkpointer"))
+    only = set(filter(None, _env("LGD_SUITE_ONLY").split(","))) or SIX
+    return any(params.get(name) in only for name in ("sync_checkpointer", "async_checkpointer"))
 
 
 # --- the swap -----------------------------------------------------------------------
@@ -214,7 +217,16 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
         entry["message"] = str(getattr(report, "longrepr", ""))[:500]
 
 
+def pytest_runtest_logfinish(nodeid: str) -> None:
+    if len(_results) % 50 == 0:
+        _write()
+
+
 def pytest_sessionfinish(session: pytest.Session) -> None:
+    _write()
+
+
+def _write() -> None:
     path = _env("LGD_SUITE_RESULTS")
     if path:
         with open(path, "w", encoding="utf-8") as fh:

@@ -53,6 +53,7 @@ MODES = {
 }
 # pytest.ini of the copied tests: their pyproject's test settings, minus coverage and
 # output flags (syrupy must not fail the session on snapshots of deselected tests).
+ONLY = ""  # --only
 INI = {
     "langgraph": "[pytest]\naddopts = --snapshot-warn-unused -p no:asyncio\n",
     "checkpoint-postgres": "[pytest]\nasyncio_mode = auto\n",
@@ -125,6 +126,7 @@ def run_one(
         "LGD_SUITE_RESULTS": str(results),
         "PYTHONPATH": os.pathsep.join([str(HERE), str(root)]),
         "NO_DOCKER": "false",
+        "LGD_SUITE_ONLY": ONLY,
     }
     cmd = [sys.executable, "-m", "pytest", "-p", "lgd_swap", "-q", "-rfE", "-p", "no:cacheprovider",
            "--continue-on-collection-errors", "--rootdir", str(root), "-c",
@@ -146,10 +148,11 @@ def run_one(
 def cause(message: str) -> str:
     """A failure's group: its first line, with ids, addresses and numbers blurred."""
     line = message.strip().splitlines()[0] if message.strip() else "(no message)"
-    line = re.sub(r"[0-9a-f]{8}-[0-9a-f-]{27,}", "<uuid>", line)
+    line = re.sub(r"[0-9a-f]{8}-[0-9a-f]{4}[0-9a-f.-]*", "<uuid>", line)
+    line = re.sub(r"'[^']*'", "'…'", line)
     line = re.sub(r"0x[0-9a-f]+", "<addr>", line)
     line = re.sub(r"test_[0-9a-f]{16}", "<db>", line)
-    return line[:240]
+    return line[:160]
 
 
 def report(all_results: dict[str, dict[str, dict[str, str]]], out: Path) -> str:
@@ -198,8 +201,13 @@ def main() -> int:
         default="",
         help="modes whose results-*.json in --out are read instead of run (e.g. theirs)",
     )
+    parser.add_argument(
+        "--only", default="", help="keep only these of the six Postgres fixtures (comma list)"
+    )
     parser.add_argument("pytest_args", nargs="*", help="extra pytest arguments, after --")
     args = parser.parse_args()
+    global ONLY
+    ONLY = args.only
     modes = [m for m in args.modes.split(",") if m]
     suites = [s for s in args.suites.split(",") if s]
     for m in modes:
