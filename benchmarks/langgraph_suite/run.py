@@ -149,7 +149,7 @@ def cause(message: str) -> str:
     """A failure's group: its first line, with ids, addresses and numbers blurred."""
     line = message.strip().splitlines()[0] if message.strip() else "(no message)"
     line = re.sub(r"[0-9a-f]{8}-[0-9a-f]{4}[0-9a-f.-]*", "<uuid>", line)
-    line = re.sub(r"'[^']*'", "'…'", line)
+    line = re.sub(r"(thread|namespace) '[^']*'", r"\1 '…'", line)
     line = re.sub(r"0x[0-9a-f]+", "<addr>", line)
     line = re.sub(r"test_[0-9a-f]{16}", "<db>", line)
     return line[:160]
