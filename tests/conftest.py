@@ -4,6 +4,11 @@
 on first use and stopped at the end of the session. ``dsn`` (module): a fresh, empty
 database on that server for each test module, dropped when the module ends.
 
+``pgbouncer`` (session): a real PgBouncer in transaction pooling mode in front of that
+server (tests/pgbouncer.py); ``bouncer.dsn_for(dsn)`` reaches a database through it. It
+skips with the reason when pgbouncer is not installed, unless LGD_REQUIRE_PGBOUNCER=1 (CI),
+where that is a failure.
+
 Nothing here is autouse: a test session that never asks for these fixtures never starts
 Postgres. Other conftest files can build more databases with :func:`make_database` (or
 ``langgraph_deterministic.embedded.create_database`` / ``drop_database``).
@@ -12,9 +17,11 @@ Postgres. Other conftest files can build more databases with :func:`make_databas
 from __future__ import annotations
 
 import importlib.util
+import os
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
@@ -27,6 +34,9 @@ from langgraph_deterministic.embedded import (
     drop_database,
     ensure_database_url,
 )
+
+if TYPE_CHECKING:
+    from tests.pgbouncer import PgBouncer
 
 
 def make_database(admin_dsn: str, prefix: str = "lgd_test") -> str:
@@ -57,3 +67,20 @@ def dsn(pg_server_dsn: str, request: pytest.FixtureRequest) -> Iterator[str]:
         yield fresh
     finally:
         drop_database(pg_server_dsn, database_name(fresh))
+
+
+@pytest.fixture(scope="session")
+def pgbouncer(pg_server_dsn: str) -> Iterator[PgBouncer]:
+    """A PgBouncer (transaction pooling) in front of the session's Postgres."""
+    from tests.pgbouncer import PgBouncer, PgBouncerUnavailable  # only for tests that ask
+
+    try:
+        bouncer = PgBouncer(pg_server_dsn).start()
+    except PgBouncerUnavailable as exc:
+        if os.environ.get("LGD_REQUIRE_PGBOUNCER") == "1":
+            pytest.fail(f"LGD_REQUIRE_PGBOUNCER=1 but pgbouncer is unavailable: {exc}")
+        pytest.skip(f"pgbouncer unavailable: {exc}")
+    try:
+        yield bouncer
+    finally:
+        bouncer.stop()

@@ -97,7 +97,13 @@ COST = Path(__file__).resolve().parents[1] / "benchmarks" / "cost_breakdown.py"
 
 def test_cost_breakdown_counts_round_trips_and_statements(dsn: str) -> None:
     """The protocol counts are exact (from a libpq trace), so they are asserted: one round
-    trip per saver call, and a graph run in no more round trips than the peer's."""
+    trip per saver call, and a graph run in at most one round trip more than the peer's.
+
+    That one is the thread lease's release when the graph call returns (issue 12): once
+    per run, not per superstep. Taking the lease is one more statement in the pipeline of
+    the head read (no round trip), renewing it rides inside each checkpoint write. Measured
+    at the parent commit: 32 round trips / 68 statements per graph run for both sides;
+    with leases ours is 33 / 70 (tests/contract/test_rows.py counts the per-call batches)."""
     env = {**os.environ, "DATABASE_URL": dsn}
     done = subprocess.run(
         [sys.executable, str(COST), "--ops", "10", "--reps", "1"],
@@ -118,4 +124,6 @@ def test_cost_breakdown_counts_round_trips_and_statements(dsn: str) -> None:
     )
     for op in ("put", "put_writes", "get_tuple", "list100"):
         assert rows[op, "ours"][0] == 1, (op, rows[op, "ours"], done.stdout)
-    assert rows["graph_sync", "ours"][0] <= rows["graph_sync", "peer"][0], done.stdout
+    ours, peer = rows["graph_sync", "ours"], rows["graph_sync", "peer"]
+    assert ours[0] <= peer[0] + 1, done.stdout  # round trips: + the lease release
+    assert ours[1] <= peer[1] + 2, done.stdout  # statements: + lgd_admit_v3, + the release

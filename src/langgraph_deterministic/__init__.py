@@ -17,8 +17,11 @@ from langgraph_deterministic.errors import (
     RunIdRequiredError,
     RunInputMismatchError,
     RunSupersededError,
+    RunUnfinishedError,
+    SaverClosedError,
     SchemaNotReadyError,
     SerializationError,
+    ThreadBusyError,
 )
 from langgraph_deterministic.runner import DeterministicRunner, durable
 
@@ -39,8 +42,11 @@ __all__ = [
     "RunInputMismatchError",
     "RunRecord",
     "RunSupersededError",
+    "RunUnfinishedError",
+    "SaverClosedError",
     "SchemaNotReadyError",
     "SerializationError",
+    "ThreadBusyError",
     "durable",
     "run_config",
 ]

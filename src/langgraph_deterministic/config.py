@@ -7,14 +7,24 @@ from typing import Any
 
 from langchain_core.runnables import RunnableConfig
 
-from langgraph_deterministic.checkpointer.contract import RUN_ID_KEY, RunInputRecorder
+from langgraph_deterministic.checkpointer.contract import (
+    MULTITASK_KEY,
+    RUN_ID_KEY,
+    MultitaskStrategy,
+    RunInputRecorder,
+    check_strategy,
+)
 from langgraph_deterministic.errors import ConfigurationError, RunIdRequiredError
 
 __all__ = ["run_config"]
 
 
 def run_config(
-    thread_id: str | uuid.UUID, run_id: str | uuid.UUID, **configurable: Any
+    thread_id: str | uuid.UUID,
+    run_id: str | uuid.UUID,
+    *,
+    multitask_strategy: MultitaskStrategy | None = None,
+    **configurable: Any,
 ) -> RunnableConfig:
     """The config for one graph call: ``graph.invoke(input, run_config(thread, run))``.
 
@@ -31,6 +41,11 @@ def run_config(
     form. Extra keyword arguments go to ``configurable`` (``checkpoint_ns``, your own
     keys...). The config also carries a small callback that fingerprints the call's input
     for the saver; build one config per call.
+
+    ``multitask_strategy`` overrides the saver's for this call: what to do when another
+    run holds the thread, or the previous run stopped unfinished -- ``"reject"``,
+    ``"enqueue"``, ``"interrupt"`` or ``"rollback"`` (see "Concurrent runs on one thread"
+    in docs/retries-and-idempotency.md).
     """
     if thread_id is None or (isinstance(thread_id, str) and not thread_id.strip()):
         raise ConfigurationError("run_config needs a thread_id (a non-empty str or a UUID).")
@@ -41,6 +56,8 @@ def run_config(
             f"run_config needs a run_id: a non-empty str or uuid.UUID that stays the same "
             f"across retries of this call, got {run_id!r}."
         )
+    if multitask_strategy is not None:
+        configurable[MULTITASK_KEY] = check_strategy(multitask_strategy)
     return {
         "configurable": {
             "thread_id": str(thread_id),

@@ -20,6 +20,10 @@ class DatabaseUnavailableError(DeterministicError, ConnectionError):
     """Postgres could not be reached with the connection info given."""
 
 
+class SaverClosedError(DeterministicError, RuntimeError):
+    """The saver was used after ``close()`` / ``aclose()`` or after leaving its ``with``."""
+
+
 class SchemaNotReadyError(DeterministicError):
     """The checkpoint tables are missing or older than this version of the package."""
 
@@ -82,6 +86,20 @@ class ConcurrentRunError(DeterministicError):
     attempt. Postgres decides, so this holds across processes and machines."""
 
 
+class ThreadBusyError(DeterministicError):
+    """Another run holds the thread (a live lease) and this run's multitask_strategy is
+    ``reject`` (or ``enqueue`` and its wait timed out). Nothing was run or written. Fix:
+    retry later, or choose another strategy (``enqueue``, ``interrupt``, ``rollback``)."""
+
+
+class RunUnfinishedError(DeterministicError):
+    """The thread's previous run stopped unfinished (it crashed or raised and was never
+    retried), so a new run would apply its input on top of a half-done step (an unanswered
+    tool call, say). Nothing was run or written. Fix: retry the unfinished run with its run
+    id, or start the new run with ``multitask_strategy="rollback"``; for threads damaged
+    before, ``langgraph-deterministic audit`` / ``repair``."""
+
+
 __all__ = [
     "ConcurrentRunError",
     "ConfigurationError",
@@ -96,6 +114,9 @@ __all__ = [
     "RunIdRequiredError",
     "RunInputMismatchError",
     "RunSupersededError",
+    "RunUnfinishedError",
+    "SaverClosedError",
     "SchemaNotReadyError",
     "SerializationError",
+    "ThreadBusyError",
 ]

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Annotated, Any, TypedDict
 
 import psycopg
-from langchain_core.messages import AIMessage, AnyMessage, HumanMessage
+from langchain_core.messages import AIMessage, AnyMessage, HumanMessage, ToolMessage
 from langchain_core.runnables import RunnableConfig
 from langgraph.graph import END, START, StateGraph
 from langgraph.graph.message import add_messages
@@ -176,3 +176,80 @@ def build_approval(dsn: str) -> StateGraph[Any]:
 
 def ask(text: str) -> dict[str, Any]:
     return {"messages": [HumanMessage(content=text)]}
+
+
+def build_chat(dsn: str) -> StateGraph[Any]:
+    """One node that answers the last human message (pausable: ``LGD_PAUSE_AT=reply``;
+    ``LGD_SLEEP`` seconds of work), for many short runs on one thread."""
+
+    def reply(state: State, config: RunnableConfig) -> dict[str, Any]:
+        thread_id = config["configurable"]["thread_id"]
+        record(dsn, thread_id, "start:reply")
+        _maybe_pause(dsn, thread_id, "reply")
+        time.sleep(float(os.environ.get("LGD_SLEEP", "0")))
+        last = [m for m in state["messages"] if m.type == "human"][-1]
+        record(dsn, thread_id, f"done:reply:{last.content}")
+        return {"messages": [AIMessage(content=f"re: {last.content}")]}
+
+    graph = StateGraph(State)
+    graph.add_node("reply", reply)
+    graph.add_edge(START, "reply")
+    graph.add_edge("reply", END)
+    return graph
+
+
+class ProviderError(RuntimeError):
+    """What a model provider answers to a conversation with an unanswered tool call."""
+
+
+def strict_model(messages: Sequence[AnyMessage]) -> AIMessage:
+    """A fake chat model that validates the conversation as Anthropic's API does: every
+    tool call must be answered by a ToolMessage before the next non-tool message."""
+    open_calls: set[str] = set()
+    for m in messages:
+        if isinstance(m, ToolMessage):
+            open_calls.discard(m.tool_call_id)
+        elif open_calls:
+            raise ProviderError(f"400: tool_use ids {sorted(open_calls)} without tool_result")
+        if isinstance(m, AIMessage):
+            open_calls |= {str(c["id"]) for c in m.tool_calls}
+    if open_calls:
+        raise ProviderError(f"400: tool_use ids {sorted(open_calls)} without tool_result")
+    last = messages[-1]
+    if isinstance(last, HumanMessage):
+        n = sum(isinstance(m, HumanMessage) for m in messages)
+        return AIMessage(
+            content="",
+            tool_calls=[{"name": "lookup", "args": {"q": last.content}, "id": f"call-{n}"}],
+        )
+    return AIMessage(content=f"answer: {last.content}")
+
+
+def build_agent(dsn: str) -> StateGraph[Any]:
+    """model -> tools -> model, a ReAct loop with :func:`strict_model`; the tool step is
+    pausable (``LGD_PAUSE_AT=tools``) so a test can SIGKILL a worker inside it."""
+
+    def model(state: State, config: RunnableConfig) -> dict[str, Any]:
+        return {"messages": [strict_model(state["messages"])]}
+
+    def tools(state: State, config: RunnableConfig) -> dict[str, Any]:
+        thread_id = config["configurable"]["thread_id"]
+        call = state["messages"][-1].tool_calls[0]  # type: ignore[union-attr]
+        record(dsn, thread_id, f"start:tool:{call['id']}")
+        _maybe_pause(dsn, thread_id, "tools")
+        record(dsn, thread_id, f"done:tool:{call['id']}")
+        return {
+            "messages": [ToolMessage(content=f"found {call['args']['q']}", tool_call_id=call["id"])]
+        }
+
+    def route(state: State) -> str:
+        last = state["messages"][-1]
+        return "tools" if isinstance(last, AIMessage) and last.tool_calls else END
+
+    graph = StateGraph(State)
+    graph.add_node("model", model)
+    graph.add_node("tools", tools)
+    graph.add_edge(START, "model")
+    graph.add_conditional_edges("model", route, ["tools", END])
+    graph.add_edge("tools", "model")
+    return graph

@@ -14,6 +14,7 @@ import operator
 import os
 import random
 import time
+from datetime import timedelta
 from typing import Annotated, Any
 
 import restate
@@ -22,12 +23,14 @@ from langchain_core.callbacks import AsyncCallbackManagerForLLMRun, CallbackMana
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
 from langchain_core.outputs import ChatGeneration, ChatResult
+from langchain_core.runnables import RunnableConfig
 from langchain_core.tools import tool
 from langgraph.graph import END, START, StateGraph
-from langgraph.types import Send
+from langgraph.types import Command, Send, interrupt
 from restate.ext.langchain import RestateMiddleware, restate_context
 from typing_extensions import TypedDict
 
+from langgraph_deterministic import DeterministicSaver, run_config
 from langgraph_deterministic.runner import (
     DeterministicRunner,
     NondeterminismError,
@@ -394,6 +397,198 @@ def agents_graph() -> Any:
     return g.compile()
 
 
+# -- the pair: DeterministicSaver on Postgres under DeterministicRunner -----------------------
+
+
+class HitlState(TypedDict, total=False):
+    topic: str
+    results: Annotated[list[str], operator.add]
+    approved: str
+    summary: str
+
+
+def _label(name: str) -> str:
+    return f"t{_REQ['current'].get('turn', 0)}.{name}"
+
+
+async def _effect_now(name: str) -> str:
+    return await effect(_label(name), _REQ["current"])
+
+
+def hitl_graph(checkpointer: Any) -> Any:
+    """plan -> [research, sub (a parallel subgraph), approve (interrupts once)] -> join."""
+
+    async def plan(state: HitlState) -> HitlState:
+        return {"results": [await durable("plan", _effect_now, "plan")]}
+
+    async def research(state: HitlState) -> HitlState:
+        out = []
+        for j in range(2):
+            await jitter()
+            out.append(await durable(f"op{j}", _effect_now, f"research.op{j}"))
+        return {"results": out}
+
+    def leaf(j: int) -> Any:
+        async def node(state: HitlState) -> HitlState:
+            await jitter()
+            return {"results": [await durable("leaf", _effect_now, f"sub.l{j}")]}
+
+        return node
+
+    inner = StateGraph(HitlState)
+    for j in range(2):
+        inner.add_node(f"l{j}", leaf(j))
+        inner.add_edge(START, f"l{j}")
+        inner.add_edge(f"l{j}", END)
+    inner_graph = inner.compile()
+
+    async def sub(state: HitlState) -> HitlState:
+        # A subgraph run by a node: it keeps its own checkpoints in the parent's saver.
+        out = await inner_graph.ainvoke({"results": []})
+        return {"results": out["results"]}
+
+    async def approve(state: HitlState) -> HitlState:
+        await jitter()
+        answer = state.get("approved") or interrupt({"question": f"go ahead with {state['topic']}?"})
+        got = await durable("act", _effect_now, f"act.{answer}")
+        return {"results": [got], "approved": answer}
+
+    async def join(state: HitlState) -> HitlState:
+        got = await durable("join", _effect_now, "join")
+        return {"summary": f"{got}|{len(state['results'])}"}
+
+    g = StateGraph(HitlState)
+    g.add_node("plan", plan)
+    g.add_node("research", research)
+    g.add_node("sub", sub)
+    g.add_node("approve", approve)
+    g.add_node("join", join)
+    g.add_edge(START, "plan")
+    for n in ("research", "sub", "approve"):
+        g.add_edge("plan", n)
+        g.add_edge(n, "join")
+    g.add_edge("join", END)
+    return g.compile(checkpointer=checkpointer)
+
+
+_SAVERS: dict[str, Any] = {}
+
+
+async def hitl_saver(dsn: str) -> Any:
+    saver = _SAVERS.get(dsn)
+    if saver is None:
+        saver = _SAVERS[dsn] = DeterministicSaver(dsn)
+        await saver.asetup()
+    return saver
+
+
+def hitl_input(req: dict[str, Any]) -> Any:
+    if req.get("resume") is not None:
+        return Command(resume=req["resume"])
+    return {"topic": req["topic"], "results": []}
+
+
+def hitl_output(out: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "results": sorted(out.get("results", [])),
+        "summary": out.get("summary"),
+        "interrupts": [[i.id, i.value] for i in out.get("__interrupt__", [])],
+    }
+
+
+# -- durable timers and misuse of the handler's ctx ---------------------------------------
+
+
+def sleepy_graph(width: int = 4) -> Any:
+    """Each branch: an op, a durable timer, an op. Half the branches sleep through
+    restate_context(), half through the handler's own ctx (passed in the config)."""
+
+    def branch(i: int) -> Any:
+        async def node(state: FanState, config: RunnableConfig) -> FanState:
+            await jitter()
+            a = await durable("before", effect, f"z{i}.before", state["req"])
+            ctx = config["configurable"]["handler_ctx"] if i % 2 else restate_context()
+            await ctx.sleep(timedelta(milliseconds=40 * (i + 1)))
+            b = await durable("after", effect, f"z{i}.after", state["req"])
+            return {"results": [a, b]}
+
+        return node
+
+    g = StateGraph(FanState)
+    for i in range(width):
+        g.add_node(f"z{i}", branch(i))
+        g.add_edge(START, f"z{i}")
+        g.add_edge(f"z{i}", END)
+    return g.compile()
+
+
+def rawctx_graph(width: int = 4) -> Any:
+    """Parallel nodes calling run_typed on the handler's own ctx (not restate_context())."""
+
+    def branch(i: int) -> Any:
+        async def node(state: FanState, config: RunnableConfig) -> FanState:
+            ctx = config["configurable"]["handler_ctx"]
+            out = []
+            for j in range(2):
+                await jitter()
+                out.append(await ctx.run_typed(f"op{j}", effect, restate.RunOptions(),
+                                               f"r{i}.op{j}", state["req"]))
+            return {"results": out}
+
+        return node
+
+    g = StateGraph(FanState)
+    for i in range(width):
+        g.add_node(f"r{i}", branch(i))
+        g.add_edge(START, f"r{i}")
+        g.add_edge(f"r{i}", END)
+    return g.compile()
+
+
+def select_graph() -> Any:
+    """restate.select over routed ops, not caught: the run must fail terminally."""
+
+    async def race(state: FanState) -> FanState:
+        ctx = restate_context()
+        await restate.select(a=ctx.run_typed("sa", _sleep_op, restate.RunOptions(), 0.0),
+                             b=ctx.run_typed("sb", _sleep_op, restate.RunOptions(), 0.0))
+        return {"results": ["select returned"]}
+
+    async def other(state: FanState) -> FanState:
+        return {"results": [await durable("other", effect, "sel.other", state["req"])]}
+
+    g = StateGraph(FanState)
+    for name, fn in (("race", race), ("other", other)):
+        g.add_node(name, fn)
+        g.add_edge(START, name)
+        g.add_edge(name, END)
+    return g.compile()
+
+
+def racing_graph() -> Any:
+    """Two coroutines of one node each call durable("fetch", ...) after other awaits: the
+    numbering of the two ops would depend on timing. Must fail terminally."""
+
+    async def node(state: FanState) -> FanState:
+        async def one(url: str, delay: float) -> str:
+            await asyncio.sleep(delay)
+            return await durable("fetch", _slow_effect, f"race.{url}", state["req"])
+
+        got = await asyncio.gather(one("a", 0.0), one("b", 0.01))
+        return {"results": list(got)}
+
+    g = StateGraph(FanState)
+    g.add_node("fetch_both", node)
+    g.add_edge(START, "fetch_both")
+    g.add_edge("fetch_both", END)
+    return g.compile()
+
+
+async def _slow_effect(label: str, req: dict[str, Any]) -> str:
+    await asyncio.sleep(0.2)  # still in flight when the sibling coroutine asks
+    return await effect(label, req)
+
+
 # -- benchmark shapes (see benchmarks/bench_restate_runner.py) -------------------------------
 
 
@@ -437,6 +632,10 @@ GRAPHS = {
     "combinators": combinators_graph,
     "fanout_ctx": fanout_ctx_graph,
     "agents": agents_graph,
+    "sleepy": sleepy_graph,
+    "rawctx": rawctx_graph,
+    "select": select_graph,
+    "racing": racing_graph,
 }
 _BUILT: dict[str, Any] = {}
 
@@ -449,7 +648,9 @@ async def _run_graph(ctx: restate.Context, shape: str, req: dict[str, Any]) -> d
         graph = _BUILT[shape] = GRAPHS[shape]()
     _REQ["current"] = req
     runner = DeterministicRunner(journal=RestateJournal(ctx))
-    out = await runner.ainvoke(graph, {"req": req, "results": []})
+    # Some shapes reach for the handler's own ctx through the config (see rawctx_graph).
+    config = {"configurable": {"handler_ctx": ctx}}
+    out = await runner.ainvoke(graph, {"req": req, "results": []}, config)
     return {"results": sorted(out.get("results", [])), "summary": out.get("summary")}
 
 
@@ -464,8 +665,21 @@ def _register_shape(shape: str) -> None:
 
 
 for _shape in ("fanout", "mapreduce", "nested", "gather", "combinators", "agent", "agents",
-               "fanout_ctx"):  # fmt: skip
+               "fanout_ctx", "sleepy", "rawctx", "select", "racing"):  # fmt: skip
     _register_shape(_shape)
+
+
+@svc.handler()
+async def hitl(ctx: restate.Context, req: dict[str, Any]) -> dict[str, Any]:
+    """One turn on a thread kept by DeterministicSaver: {dsn, thread, run_id, turn,
+    topic | resume, effects, gate, slow}."""
+    _REQ["current"] = req
+    graph = _BUILT.get("hitl:" + req["dsn"])
+    if graph is None:
+        graph = _BUILT["hitl:" + req["dsn"]] = hitl_graph(await hitl_saver(req["dsn"]))
+    runner = DeterministicRunner(journal=RestateJournal(ctx))
+    out = await runner.ainvoke(graph, hitl_input(req), run_config(req["thread"], req["run_id"]))
+    return hitl_output(out)
 
 
 @svc.handler()

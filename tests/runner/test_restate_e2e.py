@@ -32,6 +32,8 @@ MAP = [f"w{i}.{op}" for i in range(5) for op in ("fetch", "store")]
 NESTED = [f"s{i}.{x}" for i in range(2) for x in ("l0", "l1", "after")]
 GATHER = [f"n{i}.{x}" for i in range(3) for x in ("c0", "c1", "c2", "ctx")]
 TOOLS = [f"tool.{t}.paris" for t in ("population", "timezone", "weather")]
+SLEEPY = [f"z{i}.{x}" for i in range(4) for x in ("before", "after")]
+RAWCTX = [f"r{i}.op{j}" for i in range(4) for j in range(2)]
 
 SHAPES: dict[str, dict[str, Any]] = {
     "fanout": {
@@ -69,6 +71,18 @@ SHAPES: dict[str, dict[str, Any]] = {
             " / ".join(f"tool.{t}.{c}:ok" for t in ("population", "timezone", "weather"))
             for c in ("paris", "rome")
         ),
+        "summary": None,
+    },
+    # ctx.sleep / restate_context().sleep between two durable ops in 4 parallel branches
+    "sleepy": {
+        "effects": SLEEPY,
+        "results": sorted(f"{x}:ok" for x in SLEEPY),
+        "summary": None,
+    },
+    # the handler's own ctx (not restate_context()) used in parallel nodes: routed too
+    "rawctx": {
+        "effects": RAWCTX,
+        "results": sorted(f"{x}:ok" for x in RAWCTX),
         "summary": None,
     },
     "agent": {
@@ -158,6 +172,7 @@ KILL_CASES = [
     ("nested", "s1.l0", ["s0.l0", "s0.l1", "s0.after", "s1.l1"]),
     ("gather", "n1.c2", [x for x in GATHER if x not in ("n1.c2", "n1.ctx")]),
     ("agent", "tool.timezone.paris", ["side", "tool.weather.paris", "tool.population.paris"]),
+    ("sleepy", "z0.after", [x for x in SLEEPY if x != "z0.after"]),
 ]
 
 
@@ -176,6 +191,9 @@ def _wait_for(cond: Any, what: str, timeout: float = INVOCATION_TIMEOUT) -> None
 KILL_CASES_FORCED = [
     ("fanout", "join", ["plan", *FAN]),
     ("mapreduce", "reduce", ["split", *MAP]),
+    # the other branches are waiting for their timers (their completions cannot reach the
+    # attempt while the held op runs): killed mid-way through the sleeps
+    ("sleepy", "z0.after", [f"z{i}.before" for i in range(4)]),
 ]
 
 
@@ -230,3 +248,25 @@ def test_example_service_runs_under_forced_replay(restate_envs: Any) -> None:
         )
     finally:
         example.stop()
+
+
+# Misuse inside a run: a terminal failure naming the fix (never a 570, a hang or retries).
+MISUSE = [
+    ("select", "restate.gather"),
+    ("racing", "distinct names"),
+]
+
+
+@pytest.mark.parametrize(("shape", "fix"), MISUSE, ids=[m[0] for m in MISUSE])
+def test_misuse_fails_terminally(
+    restate_env: RestateEnv, shape: str, fix: str, tmp_path: Path
+) -> None:
+    effects = tmp_path / "effects.log"
+    iid = restate_env.send(shape, {"effects": str(effects), "gate": None, "id": uuid.uuid4().hex})
+    status, out = restate_env.attach(iid, timeout=INVOCATION_TIMEOUT)
+    row = invocation_row(restate_env, iid)
+    assert status == 500, (status, out, row)
+    assert row["status"] == "completed" and row.get("completion_result") == "failure", row
+    failure = str(row.get("completion_failure"))
+    assert "NondeterminismError" in failure and fix in failure, failure
+    assert row.get("last_failure_error_code") is None, row  # terminal at once: no retries

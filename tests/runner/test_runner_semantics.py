@@ -228,3 +228,41 @@ async def test_runs_cannot_nest() -> None:
 
 async def test_nondeterminism_error_is_a_deterministic_error() -> None:
     assert issubclass(NondeterminismError, DeterministicError)
+
+
+async def _slow(label: str) -> str:
+    await asyncio.sleep(0.05)
+    return label
+
+
+async def test_identical_names_racing_in_one_task_fail_loudly() -> None:
+    async def node(state: S) -> S:
+        async def one(url: str, delay: float) -> str:
+            await asyncio.sleep(delay)  # non-durable work first: asking order is timing
+            return await durable("fetch", _slow, url)
+
+        return {"results": list(await asyncio.gather(one("a", 0.0), one("b", 0.01)))}
+
+    with pytest.raises(NondeterminismError, match="distinct names"):
+        await runner_on(Store()).ainvoke(parallel({"n": node}).compile(), {})
+
+
+async def test_identical_names_in_a_fixed_order_and_distinct_names_pass() -> None:
+    async def node(state: S) -> S:
+        # bare durable() coroutines ask in creation order: deterministic
+        fixed = await asyncio.gather(durable("x", _slow, "1"), durable("x", _slow, "2"))
+
+        async def one(url: str) -> str:
+            await asyncio.sleep(0.001)
+            return await durable(f"fetch:{url}", _slow, url)  # names with "/" in them
+
+        urls = ["http://a/x", "http://b/x"]
+        distinct = await asyncio.gather(*(one(u) for u in urls))
+        sequential = [await durable("x", _slow, "3")]  # same name, later, same task
+        return {"results": [*fixed, *distinct, *sequential]}
+
+    store = Store()
+    out = await runner_on(store).ainvoke(parallel({"n": node}).compile(), {})
+    assert out["results"] == ["1", "2", "http://a/x", "http://b/x", "3"]
+    again = await runner_on(store).ainvoke(parallel({"n": node}).compile(), {})
+    assert again["results"] == out["results"]

@@ -11,6 +11,7 @@ inside one transaction: a write either lands whole or not at all.
 
 from __future__ import annotations
 
+import hashlib
 import random
 import secrets
 from collections.abc import Awaitable, Callable, Generator, Mapping, Sequence
@@ -39,12 +40,17 @@ from psycopg.types.json import Jsonb
 
 from langgraph_deterministic.checkpointer.contract import (
     ATTEMPT_KEY,
+    BRANCH_KEY,
     RUN_ID_KEY,
     SQLSTATE_COMMAND_REPLAY,
+    Admission,
     CallInfo,
+    HeldLease,
+    Lease,
     LedgerRow,
     RunContract,
     RunRecord,
+    fingerprint_kind,
     translate_guard_error,
 )
 from langgraph_deterministic.errors import (
@@ -86,6 +92,9 @@ class Batch:
     # Statements such as CREATE INDEX CONCURRENTLY refuse to run in a transaction, and
     # in pipeline mode psycopg would wrap them in one: they are run one by one instead.
     pipeline: bool = True
+    # (channel, seconds): no statement; wait up to ``seconds`` for a NOTIFY on ``channel``
+    # (the operation LISTENed on this connection before). Returns no results.
+    wait: tuple[str, float] | None = None
 
     @classmethod
     def read(cls, sql: str, params: Any = None) -> Batch:
@@ -141,8 +150,15 @@ def translate_error(exc: BaseException) -> BaseException:
             "`langgraph-deterministic migrate`) once against this database before use."
         )
     if isinstance(exc, psycopg.OperationalError) and _is_connection_failure(exc):
+        # The server's (or the pooler's) own reason is in the message: keep it whole.
+        reason = str(exc).strip()
+        if "authentication failed" in reason or (exc.sqlstate or "").startswith("28"):
+            return DatabaseUnavailableError(
+                f"Postgres refused the login: {reason}. Check the user and password in the "
+                "DSN (and the pooler's userlist, behind PgBouncer)."
+            )
         return DatabaseUnavailableError(
-            f"Could not reach Postgres: {str(exc).strip()}. Check that the server is "
+            f"Could not reach Postgres: {reason}. Check that the server is "
             "running and that the DSN (host, port, user, password, dbname) is right."
         )
     if isinstance(exc, psycopg.ProgrammingError) and "conninfo" in str(exc).lower():
@@ -235,6 +251,39 @@ def next_version(current: str | int | None) -> str:
 # --- operations -------------------------------------------------------------------
 
 
+# Postgres refuses a btree entry over ~2.7 KB (a third of a page). thread_id shares index
+# entries with checkpoint_ns (the checkpoint, blob and write keys) and with run_id (the run
+# ledger's key); the sum of each pair is bounded well below the limit, leaving room for the
+# other key columns and the tuple header.
+MAX_KEY_BYTES = 2048
+
+
+def check_key_sizes(thread_id: str, ns: str, run_id: str | None) -> None:
+    """Refuse ids too long to index, before anything is written (Postgres would raise
+    ProgramLimitExceeded at the first index insert, after earlier statements landed)."""
+    thread = len(thread_id.encode())
+    sizes = {"checkpoint_ns": len(ns.encode()), "run_id": len(run_id.encode()) if run_id else 0}
+    for other, size in sizes.items():
+        if thread + size > MAX_KEY_BYTES:
+            raise ConfigurationError(
+                f"The ids of this call are too long to index (thread_id {thread} bytes, "
+                f"{other} {size} bytes; at most {MAX_KEY_BYTES} bytes together): Postgres "
+                "cannot store a btree entry that large. Use shorter ids (e.g. a hash of a "
+                "long natural key). Nothing was run or written."
+            )
+
+
+def _refuse_missing_checkpoint(thread_id: str, checkpoint_id: str) -> None:
+    raise ConfigurationError(
+        f"Checkpoint {checkpoint_id} does not exist on thread {thread_id!r} (it was never "
+        "written, or it was pruned or deleted). Running from it would start an empty "
+        "conversation that names the missing checkpoint as its parent, and the thread's "
+        "history would fall off the chain. Nothing was run. Address a checkpoint that exists "
+        "(see graph.get_state_history), or leave checkpoint_id out to continue from the "
+        "thread's latest checkpoint."
+    )
+
+
 def _thread_ns(config: RunnableConfig) -> tuple[str, str]:
     configurable = config.get("configurable") or {}
     if "thread_id" not in configurable:
@@ -278,35 +327,10 @@ def get_tuple(
     thread_id, ns = _thread_ns(config)
     select = queries()["select_checkpoint"]
     info = contract.call_info(config, thread_id, ns) if contract is not None else None
+    if info is not None and info.in_graph_run:
+        check_key_sizes(thread_id, ns, info.run_id)
     if info is not None and contract is not None and contract.checks_start(info):
-        # A graph run loading its thread: the start checks, decided before LangGraph
-        # applies any input. The ledger row rides along in the same statement (it is
-        # looked up only when the head is another run's), so this is still one round trip.
-        contract.require_run_id(info, "A graph run")
-        (rows,) = yield Batch.read(
-            queries()["select_head_with_run"].replace("{select_checkpoint}", select),
-            {"thread_id": thread_id, "run_id": info.run_id},
-        )
-        row = rows[0] if rows else None
-        head = row[:15] if row is not None and row[0] is not None else None
-        ledger = (
-            LedgerRow(status=row[15], last_checkpoint_id=row[16], input_fingerprint=row[17])
-            if row is not None and row[15] is not None
-            else None
-        )
-        decision = contract.decide_start(info, head[5] if head else None, ledger)
-        if decision.action == "final":
-            sql = (
-                select
-                + "\nWHERE c.thread_id = %s AND c.checkpoint_ns = '' AND c.checkpoint_id = %s"
-            )
-            (found,) = yield Batch.read(sql, (thread_id, decision.checkpoint_id))
-            head = found[0] if found else None
-        if head is None:
-            return None
-        rows = [head]
-        yield from _with_pending_sends(codec, rows)
-        return _for_graph_run(load_tuple(codec, rows[0]), info)
+        return (yield from _start_graph_run(codec, config, contract, info))
     if checkpoint_id := get_checkpoint_id(config):
         sql = select + "\nWHERE c.thread_id = %s AND c.checkpoint_ns = %s AND c.checkpoint_id = %s"
         params: tuple[Any, ...] = (thread_id, ns, checkpoint_id)
@@ -318,22 +342,9 @@ def get_tuple(
         params = (thread_id, ns)
     (rows,) = yield Batch.read(sql, params)
     if not rows:
+        if checkpoint_id and info is not None and info.in_graph_run and info.root:
+            _refuse_missing_checkpoint(thread_id, checkpoint_id)
         return None
-    if (
-        checkpoint_id
-        and info is not None
-        and contract is not None
-        and contract.refuses_branch(info)
-    ):
-        # A graph run addressed at an older checkpoint would branch the thread: refuse it
-        # now, before LangGraph runs anything (a rare path: one more read).
-        (latest,) = yield Batch.read(
-            "SELECT checkpoint_id FROM checkpoints WHERE thread_id = %s AND checkpoint_ns = ''"
-            " ORDER BY checkpoint_id DESC LIMIT 1",
-            (thread_id,),
-        )
-        if latest and latest[0][0] != checkpoint_id:
-            contract.refuse_branch(info, checkpoint_id, latest[0][0])
     yield from _with_pending_sends(codec, rows)
     found_tuple = load_tuple(codec, rows[0])
     if info is not None and contract is not None and contract.enforced and info.in_graph_run:
@@ -341,14 +352,193 @@ def get_tuple(
     return found_tuple
 
 
-def _for_graph_run(found: CheckpointTuple, info: CallInfo) -> CheckpointTuple:
+def queue_channel(thread_id: str) -> str:
+    """The NOTIFY channel of a thread's enqueue queue (as ``lgd_queue_channel_v3``)."""
+    return "lgd_q_" + hashlib.md5(thread_id.encode("utf-8")).hexdigest()[:24]
+
+
+def _start_graph_run(
+    codec: Codec, config: RunnableConfig, contract: RunContract, info: CallInfo
+) -> Operation[CheckpointTuple | None]:
+    """A graph run loading its thread: the admission (the thread's lease, per the run's
+    multitask strategy) and the start checks, decided before LangGraph applies any input.
+
+    The lease is taken by the first statement of the same pipeline that reads the head:
+    one round trip. Under READ COMMITTED the read takes its snapshot after the admission,
+    which waited for any write of the previous holder in flight (they lock the lease
+    row), so an interrupted or rolled-back run can store nothing the new run does not see.
+    """
+    contract.require_run_id(info, "A graph run")
+    thread_id = info.thread_id
+    select = queries()["select_checkpoint"]
+    addressed = get_checkpoint_id(config) if info.addressed else None
+    if addressed:
+        read = Statement(
+            queries()["select_addressed_with_run"].replace("{select_checkpoint}", select),
+            {"thread_id": thread_id, "run_id": info.run_id, "checkpoint_id": addressed},
+            fetch=True,
+        )
+    else:
+        read = Statement(
+            queries()["select_head_with_run"].replace("{select_checkpoint}", select),
+            {"thread_id": thread_id, "run_id": info.run_id},
+            fetch=True,
+        )
+    attempt = secrets.token_hex(16)  # not uuid4: see _for_graph_run
+    strategy = contract.strategy_of(info)
+    admission: Admission | None = None
+    ticket: int | None = None
+    waited = 0.0
+    listen = queue_channel(thread_id) if strategy == "enqueue" else None
+    listening = False
+    while True:
+        params = contract.admission(info, attempt, ticket)
+        statements = (
+            [read] if params is None else [Statement(queries()["admit"], params, fetch=True), read]
+        )
+        if listen and params is not None and not listening:
+            statements.insert(0, Statement(f'LISTEN "{listen}"', prepare=False))
+            listening = True
+        results = yield Batch(tuple(statements))
+        rows = results[-1] or []
+        if params is None:
+            break
+        admission = Admission.from_row((results[-2] or [])[0])
+        if admission.verdict == "admitted":
+            break
+        if admission.verdict == "unfinished":
+            yield from _unlisten(listen if listening else None)
+            contract.refuse_unfinished(info, admission)
+        if strategy != "enqueue":
+            contract.refuse_busy(info, admission, None)
+        ticket = admission.ticket
+        remaining = contract.enqueue_timeout - waited
+        if remaining <= 0:
+            yield Batch.write(
+                Statement(queries()["leave_queue"], {"thread_id": thread_id, "ticket": ticket})
+            )
+            yield from _unlisten(listen)
+            contract.refuse_busy(info, admission, waited)
+        # Woken by the holder's release (NOTIFY); the poll interval bounds the wait when
+        # a holder dies without releasing (its lease expires) or NOTIFY cannot reach us.
+        pause = min(remaining, max(0.05, min(1.0, contract.lease_ttl / 4)))
+        yield Batch((), wait=(listen or "", pause))
+        waited += pause
+    if listening:
+        yield from _unlisten(listen)
+    row = rows[0] if rows else None
+    head = row[:15] if row is not None and row[0] is not None else None
+    ledger = (
+        LedgerRow(status=row[15], last_checkpoint_id=row[16], input_fingerprint=row[17])
+        if row is not None and row[15] is not None
+        else None
+    )
+    admitted = admission is not None and admission.verdict == "admitted"
+    try:
+        decision = contract.decide_start(info, head[5] if head else None, ledger)
+        if decision.action == "final" and not addressed:
+            sql = (
+                select
+                + "\nWHERE c.thread_id = %s AND c.checkpoint_ns = '' AND c.checkpoint_id = %s"
+            )
+            (found,) = yield Batch.read(sql, (thread_id, decision.checkpoint_id))
+            head = found[0] if found else None
+        if head is None:
+            if addressed:
+                _refuse_missing_checkpoint(thread_id, addressed)
+            loaded = None
+        else:
+            head_rows = [head]
+            yield from _with_pending_sends(codec, head_rows)
+            loaded = load_tuple(codec, head_rows[0])
+            head_run = loaded.metadata.get(RUN_ID_KEY)
+            holder = admission.holder if admission is not None else None
+            if (
+                not addressed
+                and head_run != info.run_id
+                and strategy != "interrupt"
+                and (holder is None or holder.run_id != head_run)
+            ):
+                # Nothing of ours explains the head (no lease of its run): look at it.
+                contract.check_stuck_head(info, loaded, fingerprint_kind(info.fingerprint))
+    except DeterministicError:
+        if admitted and admission is not None:
+            yield Batch.write(
+                Statement(queries()["unadmit"], _unadmit_params(info, attempt, admission))
+            )
+        raise
+    if admitted and info.recorder is not None and info.run_id is not None:
+        info.recorder.held = HeldLease(thread_id, info.run_id, attempt)
+    if loaded is None:
+        return None
+    branch_from = None
+    if addressed and row is not None and row[18] is not None and row[18] != addressed:
+        branch_from = addressed  # a past checkpoint, addressed on purpose: a branch
+    return _for_graph_run(loaded, info, attempt, branch_from)
+
+
+def _unlisten(channel: str | None) -> Operation[None]:
+    if channel:
+        yield Batch((Statement(f'UNLISTEN "{channel}"', prepare=False),))
+
+
+def _unadmit_params(info: CallInfo, attempt: str, admission: Admission) -> dict[str, Any]:
+    lease = admission.holder
+    return {
+        "thread_id": info.thread_id,
+        "attempt": attempt,
+        "run_id": lease.run_id if lease else None,
+        "holder_attempt": lease.attempt if lease else None,
+        "expires_at": lease.expires_at if lease else None,
+        "ended": lease.ended if lease else None,
+        "strategy": lease.strategy if lease else None,
+        "outcome": lease.outcome if lease else None,
+        "acquired_at": lease.acquired_at if lease else None,
+    }
+
+
+def release_lease(held: HeldLease, ended: str) -> Operation[None]:
+    """The graph call of a lease holder returned (``ok``) or raised (``error``)."""
+    yield Batch.write(
+        Statement(
+            queries()["release_lease"],
+            {"thread_id": held.thread_id, "attempt": held.attempt, "ended": ended},
+        )
+    )
+
+
+def renew_leases(held: Sequence[HeldLease]) -> Operation[None]:
+    """The heartbeat: extend the leases of the graph runs in flight in this process."""
+    if not held:
+        return
+    yield Batch.write(
+        Statement(
+            queries()["renew_leases"],
+            {"threads": [h.thread_id for h in held], "attempts": [h.attempt for h in held]},
+            prepare=False,
+        )
+    )
+
+
+def _for_graph_run(
+    found: CheckpointTuple,
+    info: CallInfo,
+    attempt: str | None = None,
+    branch_from: str | None = None,
+) -> CheckpointTuple:
     """The tuple a graph run loads: with an attempt token in its config (LangGraph copies
     it into every write of this run attempt, which is how the fencing tells attempts
-    apart), and the run id in the form the caller used, so LangGraph's own
-    ``metadata.run_id`` comparison holds for a ``uuid.UUID`` too."""
+    apart), the checkpoint it branches from when it addressed a past one on purpose, and
+    the run id in the form the caller used, so LangGraph's own ``metadata.run_id``
+    comparison holds for a ``uuid.UUID`` too."""
     # Drawn from the OS, not uuid.uuid4(): tests (LangGraph's among them) patch uuid4 to
     # make ids deterministic, and a draw of ours would shift every id after it.
-    configurable = {**found.config["configurable"], ATTEMPT_KEY: secrets.token_hex(16)}
+    configurable = {
+        **found.config["configurable"],
+        ATTEMPT_KEY: attempt or secrets.token_hex(16),
+    }
+    if branch_from is not None:
+        configurable[BRANCH_KEY] = branch_from
     metadata = found.metadata
     if (
         info.raw_run_id is not None
@@ -429,6 +619,10 @@ def put(
         contract = _NO_CONTRACT
     info = contract.call_info(config, thread_id, ns)
     contract.require_run_id(info, "A checkpoint write")
+    stored_run_id = metadata.get(RUN_ID_KEY)
+    check_key_sizes(
+        thread_id, ns, info.run_id or (str(stored_run_id) if stored_run_id is not None else None)
+    )
     stored = checkpoint.copy()
     inline = stored["channel_values"] = dict(checkpoint["channel_values"])
     # Primitives stay inline in the checkpoint row (as the peer does); everything else
@@ -487,6 +681,7 @@ def put_writes(
         contract = _NO_CONTRACT
     info = contract.call_info(config, thread_id, ns)
     contract.require_run_id(info, "A pending write")
+    check_key_sizes(thread_id, ns, info.run_id)
     checkpoint_id = config["configurable"]["checkpoint_id"]
     rows = []
     for idx, (channel, value) in enumerate(writes):
@@ -513,7 +708,10 @@ def put_writes(
     else:
         if guard["command"] or guard["interrupted"]:
             statements.append(Statement(queries()["guard_writes"], guard))
-        fence = (thread_id, ns, checkpoint_id, guard["attempt"], checkpoint_id, ns)
+        fence = (
+            thread_id, ns, guard["slot"], guard["attempt"], checkpoint_id, ns,
+            thread_id, guard["run_id"],
+        )  # fmt: skip
         statements.append(
             Statement(_guarded_writes_sql(special), [r + fence for r in rows], many=True)
         )
@@ -552,8 +750,9 @@ def get_run(codec: Codec, thread_id: str, run_id: str) -> Operation[RunRecord | 
         return None
     row = rows[0]
     (thread, run, status, attempts, first_id, last_id, fingerprint, superseded_by,
-     created_at, updated_at) = row[:10]  # fmt: skip
-    checkpoint_row = row[10:]
+     created_at, updated_at, strategy, outcome,
+     l_run, l_attempt, l_strategy, l_outcome, l_acquired, l_expires, l_ended) = row[:19]  # fmt: skip
+    checkpoint_row = row[19:]
     state = None
     if checkpoint_row[0] is not None:
         found = [tuple(checkpoint_row)]
@@ -571,6 +770,13 @@ def get_run(codec: Codec, thread_id: str, run_id: str) -> Operation[RunRecord | 
         created_at=created_at,
         updated_at=updated_at,
         last_checkpoint=state,
+        multitask_strategy=strategy,
+        multitask_outcome=outcome,
+        lease=(
+            Lease(l_run, l_attempt, l_strategy, l_outcome, l_acquired, l_expires, l_ended)
+            if l_run is not None
+            else None
+        ),
     )
 
 
@@ -696,6 +902,77 @@ def delta_history(
             entry["seed"] = seeds[ch]
         result[ch] = entry
     return result
+
+
+# --- a run's writes in one transaction (DeterministicRunner with a journal) --------------
+
+#: ``("put", config, checkpoint, metadata, new_versions)`` or
+#: ``("writes", config, writes, task_id, task_path)``, in the order LangGraph made them.
+BufferedWrite = tuple[Any, ...]
+
+def put_batch(
+    codec: Codec, items: Sequence[BufferedWrite], contract: RunContract | None = None
+) -> Operation[str | None]:
+    """Store a run's buffered checkpoint writes atomically, at most once.
+
+    DeterministicRunner keeps a run's writes in memory while a durable journal drives it
+    and commits them here once the graph returns: the same statements, guards and ledger
+    updates as one ``put``/``put_writes`` call each, in one transaction. If the checkpoint
+    the run started from (the parent of its first root checkpoint) already has a child
+    written by the same run (an earlier execution of this commit got through, e.g. before
+    a crash), nothing is written and that child's id is returned; otherwise None.
+    """
+    if not items:
+        return None
+    if contract is None:
+        contract = _NO_CONTRACT
+    first_root = next(
+        (i for i in items if i[0] == "put" and not (i[1].get("configurable") or {}).get(
+            "checkpoint_ns")),
+        None,
+    )
+    check: dict[str, Any] | None = None
+    if first_root is not None:
+        thread_id, _ = _thread_ns(first_root[1])
+        info = contract.call_info(first_root[1], thread_id, "")
+        parent = first_root[1]["configurable"].get("checkpoint_id") or None
+        check = {"thread_id": thread_id, "parent": parent, "run_id": info.run_id}
+        (rows,) = yield Batch.read(queries()["child_of_run"], check)
+        if rows:
+            return str(rows[0][0])
+    statements: list[Statement] = []
+    infos: list[CallInfo] = []
+    for item in items:
+        kind, config = item[0], item[1]
+        thread_id, ns = _thread_ns(config)
+        infos.append(contract.call_info(config, thread_id, ns))
+        a, b, c = item[2:5]
+        op: Operation[Any] = (
+            put(codec, config, a, b, c, contract)
+            if kind == "put"
+            else put_writes(codec, config, a, b, c, contract)
+        )
+        try:
+            batch = next(op)  # each yields its one write batch first; it is not sent
+        except StopIteration:
+            continue  # put_writes with no writes
+        # put/put_writes must stay "one write batch, then done" for this composition.
+        assert batch.atomic, f"{kind} now starts with a read; put_batch must drive it"
+        statements.extend(batch.statements)
+        op.close()
+    try:
+        yield Batch.write(*statements)
+    except Exception as exc:
+        if check is not None:
+            # A concurrent execution of the same commit (a zombie attempt) won the race.
+            (rows,) = yield Batch.read(queries()["child_of_run"], check)
+            if rows:
+                return str(rows[0][0])
+        for info in infos:
+            if (ours := translate_guard_error(exc, info)) is not None:
+                raise ours from None
+        raise
+    return None
 
 
 def run(operation: Operation[T], execute: Callable[[Batch], Results]) -> T:

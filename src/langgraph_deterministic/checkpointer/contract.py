@@ -12,6 +12,11 @@ answers into SQL; the sync and async APIs share every answer.
   the thread's head checkpoint and the run ledger, *before* LangGraph runs anything:
   proceed, hand back a finished run's final checkpoint, or raise
   ``RunIdRequiredError`` / ``RunInputMismatchError`` / ``RunSupersededError``.
+* **Who may run on this thread now?** :class:`Admission` reads the verdict of
+  ``lgd_admit_v3`` (the thread's lease, taken in the same round trip as the head read)
+  and raises ``ThreadBusyError`` / ``RunUnfinishedError`` per the run's
+  ``multitask_strategy``; :func:`unanswered_tool_calls` spots a thread stuck on a tool
+  call that no lease or ledger row explains (a thread adopted from PostgresSaver).
 * **What goes into a write?** :meth:`RunContract.stored_metadata` (no secrets by
   default) and :meth:`RunContract.guard_put` / :meth:`RunContract.guard_writes` (the
   parameters of the fencing statements that run in the write's own transaction).
@@ -36,9 +41,9 @@ import logging
 import re
 import threading
 import uuid
-from collections.abc import Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from langchain_core.callbacks import BaseCallbackHandler
 from langchain_core.runnables import RunnableConfig
@@ -55,11 +60,17 @@ from langgraph_deterministic.errors import (
     RunIdRequiredError,
     RunInputMismatchError,
     RunSupersededError,
+    RunUnfinishedError,
+    ThreadBusyError,
 )
 
 logger = logging.getLogger("langgraph_deterministic")
 
 Policy = Literal["require", "warn", "off"]
+#: What a graph run does when another run holds its thread, or the previous run stopped
+#: unfinished (LangGraph Platform's names).
+MultitaskStrategy = Literal["reject", "enqueue", "interrupt", "rollback"]
+STRATEGIES: tuple[str, ...] = get_args(MultitaskStrategy)
 InputKind = Literal["input", "command", "none"]
 
 #: Metadata key of the run id (LangGraph's own: ``PregelLoop._first`` compares it).
@@ -71,6 +82,11 @@ FINGERPRINT_KEY = "input_fingerprint"
 ATTEMPT_KEY = "__lgd_attempt"
 #: Present in the configurable of every config a running graph passes to its saver.
 GRAPH_RUN_MARKER = "__pregel_runtime"
+#: Configurable key of a per-call multitask strategy (set by run_config).
+MULTITASK_KEY = "__lgd_multitask_strategy"
+#: Configurable key ``get_tuple`` hands a graph run addressed at a past checkpoint: the
+#: checkpoint it branches from on purpose (LangGraph copies it into the run's writes).
+BRANCH_KEY = "__lgd_branch"
 NULL_TASK_ID = "00000000-0000-0000-0000-000000000000"
 INTERRUPT = "__interrupt__"
 TASKS = "__pregel_tasks"
@@ -107,6 +123,16 @@ SQLSTATE_CHILD_TAKEN = "LG409"
 SQLSTATE_STALE_WRITE = "LG410"
 SQLSTATE_CLOCK_BEHIND = "LG411"
 SQLSTATE_COMMAND_REPLAY = "LG412"
+SQLSTATE_LEASED = "LG413"
+
+
+def check_strategy(value: Any) -> MultitaskStrategy:
+    if value not in STRATEGIES:
+        raise ConfigurationError(
+            f"multitask_strategy must be one of {', '.join(map(repr, STRATEGIES))}, not "
+            f"{value!r}."
+        )
+    return value  # type: ignore[no-any-return]
 
 
 # --- input fingerprints -----------------------------------------------------------------
@@ -219,6 +245,56 @@ class RunInputRecorder(BaseCallbackHandler):
     def __init__(self) -> None:
         super().__init__()
         self.fingerprint: str | None = None
+        #: the lease this call's graph run was admitted with (set by the saver's core)
+        self.held: HeldLease | None = None
+        self._release: Callable[[str], Any] | None = None
+
+    def bind_release(
+        self, release: Callable[[str], Any] | Callable[[str], Awaitable[Any]], *, is_async: bool
+    ) -> None:
+        """Have ``release("ok" | "error")`` called when the graph call returns or raises.
+
+        LangGraph reports the root chain's end to its callbacks before ``invoke`` /
+        ``ainvoke`` returns, so the thread is free by the time the caller sees the
+        result. For an async run the hooks are coroutines (LangChain awaits them on the
+        event loop); for a sync run, plain calls.
+        """
+        self._release = release
+        if is_async:
+            self.on_chain_end = self._aend  # type: ignore[method-assign]
+            self.on_chain_error = self._aerror  # type: ignore[method-assign]
+        else:
+            self.on_chain_end = self._end  # type: ignore[method-assign]
+            self.on_chain_error = self._error  # type: ignore[method-assign]
+
+    def _take_release(self, parent_run_id: uuid.UUID | None) -> Callable[[str], Any] | None:
+        if parent_run_id is not None:
+            return None
+        release, self._release = self._release, None
+        self.held = None
+        return release
+
+    def _end(self, outputs: Any, *, parent_run_id: uuid.UUID | None = None, **kw: Any) -> None:
+        if (release := self._take_release(parent_run_id)) is not None:
+            release("ok")
+
+    def _error(
+        self, error: BaseException, *, parent_run_id: uuid.UUID | None = None, **kw: Any
+    ) -> None:
+        if (release := self._take_release(parent_run_id)) is not None:
+            release("error")
+
+    async def _aend(
+        self, outputs: Any, *, parent_run_id: uuid.UUID | None = None, **kw: Any
+    ) -> None:
+        if (release := self._take_release(parent_run_id)) is not None:
+            await release("ok")
+
+    async def _aerror(
+        self, error: BaseException, *, parent_run_id: uuid.UUID | None = None, **kw: Any
+    ) -> None:
+        if (release := self._take_release(parent_run_id)) is not None:
+            await release("error")
 
     def on_chain_start(
         self,
@@ -285,6 +361,11 @@ class CallInfo:
     recorded: bool = False
     #: the top-level config["run_id"] (LangChain's tracing id) when it is the only run id
     tracing_id: Any = None
+    #: the per-call multitask strategy (run_config(..., multitask_strategy=...))
+    strategy: MultitaskStrategy | None = None
+    #: the checkpoint this graph run branches from on purpose (see BRANCH_KEY)
+    branch_from: str | None = None
+    recorder: RunInputRecorder | None = None
 
     @property
     def root(self) -> bool:
@@ -333,9 +414,18 @@ class RunContract:
     """The run-id policy and metadata allow-list of one saver, and its decisions."""
 
     def __init__(
-        self, policy: Policy = "require", metadata_keys: Iterable[str] | None = None
+        self,
+        policy: Policy = "require",
+        metadata_keys: Iterable[str] | None = None,
+        *,
+        multitask_strategy: MultitaskStrategy = "reject",
+        lease_ttl: float = 30.0,
+        enqueue_timeout: float = 300.0,
     ) -> None:
         self.policy: Policy = policy
+        self.multitask_strategy: MultitaskStrategy = check_strategy(multitask_strategy)
+        self.lease_ttl = float(lease_ttl)
+        self.enqueue_timeout = float(enqueue_timeout)
         self.metadata_keys: frozenset[str] = (
             DEFAULT_METADATA_KEYS if metadata_keys is None else frozenset(metadata_keys)
         )
@@ -358,6 +448,7 @@ class RunContract:
         run_id, raw = _run_id_of(config)
         recorder = find_recorder(config)
         attempt = configurable.get(ATTEMPT_KEY)
+        strategy = configurable.get(MULTITASK_KEY)
         return CallInfo(
             thread_id=thread_id,
             checkpoint_ns=checkpoint_ns,
@@ -371,6 +462,9 @@ class RunContract:
             # The callbacks' run id: LangGraph neither compares nor stores it, so a retry
             # carrying only this id would re-apply its input (see require_run_id).
             tracing_id=config.get("run_id") if run_id is None else None,
+            strategy=check_strategy(strategy) if strategy is not None else None,
+            branch_from=configurable.get(BRANCH_KEY),
+            recorder=recorder,
         )
 
     # -- policy --------------------------------------------------------------------
@@ -419,22 +513,93 @@ class RunContract:
 
     def checks_start(self, info: CallInfo) -> bool:
         """Whether ``get_tuple`` for this call runs the start checks: the outer graph of a
-        running graph, loading its latest checkpoint (not time travel, not get_state)."""
-        return self.enforced and info.in_graph_run and info.root and not info.addressed
+        running graph loading its thread (its latest checkpoint, or one it addresses:
+        time travel), not get_state."""
+        return self.enforced and info.in_graph_run and info.root
 
-    def refuses_branch(self, info: CallInfo) -> bool:
-        """Whether a graph run addressed at a checkpoint must be the thread's head."""
-        return self.enforced and info.in_graph_run and info.root and info.addressed
+    def strategy_of(self, info: CallInfo) -> MultitaskStrategy:
+        return info.strategy or self.multitask_strategy
 
-    def refuse_branch(self, info: CallInfo, addressed: str, head: str) -> None:
-        raise ConfigurationError(
-            f"This graph run on thread {info.thread_id!r} is addressed at checkpoint "
-            f"{addressed}, but the thread has moved on to {head}: running from there would "
-            "branch the thread's history, which the retry contract keeps linear (a branch is "
-            "what a zombie attempt would create). Nothing was run or written. To explore a "
-            "branch, copy the thread (saver.copy_thread(thread, new_thread)) and time-travel "
-            'on the copy with a saver whose run_id_policy="off".'
+    def admission(self, info: CallInfo, attempt: str, ticket: int | None) -> dict[str, Any] | None:
+        """Parameters of ``lgd_admit_v3`` for a graph run, or None when it takes no lease:
+        without a run id the run cannot be told apart from another, and without
+        run_config's recorder the saver would never hear that it returned."""
+        if info.run_id is None or info.recorder is None:
+            return None
+        return {
+            "thread_id": info.thread_id,
+            "run_id": info.run_id,
+            "attempt": attempt,
+            "strategy": self.strategy_of(info),
+            "ttl": self.lease_ttl,
+            "ticket": ticket,
+        }
+
+    def refuse_busy(self, info: CallInfo, admission: Admission, waited: float | None) -> None:
+        strategy = self.strategy_of(info)
+        lease = admission.holder
+        held = f"run {lease.run_id!r}" if lease else "another run"
+        until = f" (lease until {lease.expires_at:%H:%M:%S} UTC)" if lease else ""
+        if waited is not None:
+            why = (
+                f"Run {info.run_id!r} waited {waited:.1f} s in the queue of thread "
+                f"{info.thread_id!r} (multitask_strategy='enqueue'), the saver's "
+                f"enqueue_timeout, and {held} still holds the thread{until}."
+            )
+        else:
+            why = (
+                f"Thread {info.thread_id!r} is busy: {held} is running on it{until}, and run "
+                f"{info.run_id!r} has multitask_strategy={strategy!r}."
+            )
+        raise ThreadBusyError(
+            f"{why} Nothing was run or written. Retry later, or start the run with "
+            "run_config(thread_id, run_id, multitask_strategy=...): 'enqueue' waits its "
+            "turn, 'interrupt' stops the running run at its next write and continues from "
+            "its latest checkpoint, 'rollback' stops it and removes what it wrote."
         )
+
+    def refuse_unfinished(self, info: CallInfo, admission: Admission) -> None:
+        lease = admission.holder
+        prev = lease.run_id if lease else "?"
+        how = (
+            "raised an exception"
+            if lease and lease.ended == "error"
+            else "stopped without returning (its worker died; its lease expired)"
+        )
+        raise RunUnfinishedError(
+            f"The previous run on thread {info.thread_id!r}, {prev!r}, {how} and was never "
+            f"retried: the thread holds its half-done step (for an agent, possibly a tool call "
+            f"without a result, which model providers reject). Run {info.run_id!r} would "
+            "apply its input on top of it, so nothing was run or written. Either retry the "
+            f"unfinished run with its run id (run_config({info.thread_id!r}, {prev!r}) and "
+            "its original input: it resumes where it stopped), or start this run with "
+            "run_config(..., multitask_strategy='rollback') to remove what the unfinished "
+            "run wrote and continue from the checkpoint before it ('interrupt' continues on "
+            "top of it instead). To find and fix threads damaged before: "
+            "`langgraph-deterministic audit` / `langgraph-deterministic repair`."
+        )
+
+    def check_stuck_head(self, info: CallInfo, head: CheckpointTuple, kind: InputKind | None) -> None:
+        """A new input on a thread whose head is stuck on a tool call that nothing explains
+        (no lease, no ledger row: a thread written before this saver, or by the peer):
+        refused under "require", warned about under "warn"."""
+        if kind != "input" or any(w[1] == INTERRUPT for w in head.pending_writes or ()):
+            return
+        calls = unanswered_tool_calls(head.checkpoint.get("channel_values") or {})
+        if not calls:
+            return
+        message = (
+            f"Thread {info.thread_id!r} is stuck on an unfinished step: its latest checkpoint "
+            f"{head.config['configurable']['checkpoint_id']} has tool calls without a result "
+            f"({', '.join(calls[:3])}), left by a run that never finished. Applying run "
+            f"{info.run_id!r}'s input on top would make every later model call fail (providers "
+            "reject unanswered tool calls). Run `langgraph-deterministic audit --thread "
+            f"{info.thread_id}` to see the damage and `langgraph-deterministic repair` to fix "
+            "it, or retry the unfinished run with its run id."
+        )
+        if self.policy == "require":
+            raise RunUnfinishedError(message + " Nothing was run or written.")
+        self._warn_once(info.thread_id, message)
 
     def decide_start(
         self,
@@ -476,6 +641,13 @@ class RunContract:
         self._check_same_input(info, ledger.input_fingerprint)
         if ledger.status == "done" and kind != "command" and ledger.last_checkpoint_id:
             return StartDecision("final", ledger.last_checkpoint_id)
+        if ledger.status == "rolled_back":
+            raise RunSupersededError(
+                f"Run {run_id!r} on thread {info.thread_id!r} was rolled back by a later run "
+                "(multitask_strategy='rollback'): its checkpoints were removed. Retrying it "
+                "now would apply its input on top of the later run, so nothing was run or "
+                "written. Start a new run (a new run_id) if its input still matters."
+            )
         raise RunSupersededError(
             f"Run {run_id!r} was retried on thread {info.thread_id!r} after a later run "
             f"({head_run!r}) moved the thread on; run {run_id!r} had not finished "
@@ -568,7 +740,24 @@ class RunContract:
             info.attempt,
             info.root and info.run_id is not None,
             info.fingerprint,
+            self.deliberate(info, parent_id),
         )
+
+    def deliberate(self, info: CallInfo, parent_id: str | None) -> bool:
+        """Whether a write continues ``parent_id`` on purpose, as a branch of its own when
+        the parent was continued already: a graph run addressed at that past checkpoint,
+        or a write outside any graph run that no attempt handed out (update_state at a past
+        checkpoint). Writes of graph runs (zombies, race losers) stay fenced."""
+        if parent_id is None:
+            return False
+        return info.branch_from == parent_id or (not info.in_graph_run and info.attempt is None)
+
+    def chain_slot(self, info: CallInfo, checkpoint_id: str) -> str:
+        """The child slot of ``checkpoint_id`` whose holder fences this writer's pending
+        writes: a deliberate branch's own lineage slot at its branch point."""
+        if info.branch_from == checkpoint_id:
+            return f"{checkpoint_id}~{info.run_id or info.attempt}"
+        return checkpoint_id
 
     def guard_writes(
         self, info: CallInfo, checkpoint_id: str, task_id: str, channels: Iterable[str]
@@ -581,6 +770,7 @@ class RunContract:
             "thread_id": info.thread_id,
             "checkpoint_ns": info.checkpoint_ns,
             "checkpoint_id": checkpoint_id,
+            "slot": self.chain_slot(info, checkpoint_id),
             "attempt": info.attempt,
             "run_id": info.run_id,
             "command": info.root and task_id == NULL_TASK_ID and info.run_id is not None,
@@ -609,6 +799,78 @@ class LedgerRow:
 
 
 @dataclass(frozen=True, slots=True)
+class Lease:
+    """A thread's lease (table ``lgd_leases``): the run and attempt holding the thread."""
+
+    run_id: str
+    attempt: str
+    strategy: str
+    #: how the holder got the thread: ``free``, ``retry``, ``enqueued``,
+    #: ``interrupted <run>``, ``rolled back <run>``, ``continued after unfinished <run>``
+    outcome: str
+    acquired_at: _dt.datetime
+    expires_at: _dt.datetime
+    #: None while held; ``ok`` / ``error`` once the graph call returned / raised
+    ended: str | None
+
+    def live(self, now: _dt.datetime) -> bool:
+        return self.ended is None and self.expires_at > now
+
+
+@dataclass(frozen=True, slots=True)
+class HeldLease:
+    """The lease a graph run was admitted with, to release when its call returns."""
+
+    thread_id: str
+    run_id: str
+    attempt: str
+
+
+@dataclass(frozen=True, slots=True)
+class Admission:
+    """The row ``lgd_admit_v3`` returns (see migration 0014)."""
+
+    verdict: Literal["admitted", "busy", "queued", "unfinished"]
+    ticket: int | None
+    holder: Lease | None
+    outcome: str | None
+
+    @classmethod
+    def from_row(cls, row: tuple[Any, ...]) -> Admission:
+        (verdict, ticket, run, attempt, expires, ended, strategy, outcome, acquired,
+         mine) = row  # fmt: skip
+        holder = (
+            Lease(run, attempt, strategy, outcome, acquired, expires, ended)
+            if run is not None
+            else None
+        )
+        return cls(verdict, ticket, holder, mine)
+
+
+def unanswered_tool_calls(values: Mapping[str, Any]) -> list[str]:
+    """Ids of the tool calls of the last AI message (in any channel holding a message
+    list) that no later ToolMessage answers."""
+    from langchain_core.messages import AIMessage, ToolMessage
+
+    found: list[str] = []
+    for value in values.values():
+        if not isinstance(value, list) or not value:
+            continue
+        answered: set[str] = set()
+        for message in reversed(value[-50:]):
+            if isinstance(message, ToolMessage):
+                answered.add(message.tool_call_id)
+            elif isinstance(message, AIMessage):
+                found += [
+                    str(c.get("id")) for c in message.tool_calls if c.get("id") not in answered
+                ]
+                break
+            elif not hasattr(message, "type"):
+                break
+    return found
+
+
+@dataclass(frozen=True, slots=True)
 class RunRecord:
     """A run as the ledger knows it: ``saver.get_run(thread_id, run_id)``.
 
@@ -618,7 +880,8 @@ class RunRecord:
     later run moved the thread on before it finished). ``last_checkpoint`` is the
     checkpoint it wrote last: its final state once finished (for a ``running`` run, its
     newest root checkpoint at the time of the read). ``attempts`` counts the graph calls
-    that wrote for it (retries included).
+    that wrote for it (retries included). ``rolled_back``: a later run started with
+    ``multitask_strategy="rollback"`` removed its checkpoints.
     """
 
     thread_id: str
@@ -632,6 +895,11 @@ class RunRecord:
     created_at: _dt.datetime
     updated_at: _dt.datetime
     last_checkpoint: CheckpointTuple | None
+    #: the strategy the run was admitted under, and what that did (see Lease.outcome)
+    multitask_strategy: str | None = None
+    multitask_outcome: str | None = None
+    #: the thread's lease while this run holds it (or held it last), else None
+    lease: Lease | None = None
 
     @property
     def values(self) -> dict[str, Any]:
@@ -674,6 +942,13 @@ def translate_guard_error(exc: BaseException, info: CallInfo) -> DeterministicEr
             f"pending writes of {run} belong to ({detail}). They were not stored: this "
             "attempt is a zombie or lost a race. Stop it; a retry with the same run_id "
             "resumes from what the winner stored."
+        )
+    if sqlstate == SQLSTATE_LEASED:
+        return ConcurrentRunError(
+            f"{Run} was stopped on thread {info.thread_id!r}: another run took the thread over "
+            f"({detail}) -- multitask_strategy 'interrupt' or 'rollback', or a run admitted "
+            "after this attempt's lease expired. This write was not stored. Stop this "
+            "attempt; the thread continues with the other run."
         )
     if sqlstate == SQLSTATE_CLOCK_BEHIND:
         return ConfigurationError(

@@ -9,10 +9,22 @@ connection is shared under a lock, since one connection runs one transaction at 
 from __future__ import annotations
 
 import asyncio
+import dis
+import enum
+import inspect
 import logging
 import threading
 import uuid
-from collections.abc import AsyncIterator, Iterable, Iterator, Mapping, Sequence
+import weakref
+from collections.abc import (
+    AsyncGenerator,
+    AsyncIterator,
+    Callable,
+    Iterable,
+    Iterator,
+    Mapping,
+    Sequence,
+)
 from contextlib import (
     AbstractAsyncContextManager,
     AbstractContextManager,
@@ -21,6 +33,7 @@ from contextlib import (
     nullcontext,
     suppress,
 )
+from functools import partial
 from types import TracebackType
 from typing import Any, Literal, TypeVar
 
@@ -37,17 +50,21 @@ from langgraph.checkpoint.base import (
 from langgraph.checkpoint.serde.base import SerializerProtocol, maybe_add_typed_methods
 from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 from psycopg import AsyncConnection, Connection
+from psycopg.conninfo import conninfo_to_dict
 from psycopg.rows import tuple_row
 from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
 from langgraph_deterministic.checkpointer import _core, _migrate
 from langgraph_deterministic.checkpointer._core import Batch, Operation, Results
+from langgraph_deterministic.checkpointer._leases import LeaseKeeper
 from langgraph_deterministic.checkpointer.contract import (
     DEFAULT_METADATA_KEYS,
+    MultitaskStrategy,
     RunContract,
     RunRecord,
+    check_strategy,
 )
-from langgraph_deterministic.errors import ConfigurationError
+from langgraph_deterministic.errors import ConfigurationError, SaverClosedError
 
 logger = logging.getLogger("langgraph_deterministic")
 
@@ -57,9 +74,23 @@ ConnectionSource = (
     str | Connection[Any] | AsyncConnection[Any] | ConnectionPool[Any] | AsyncConnectionPool[Any]
 )
 
-# Owned pools: autocommit so a read is one round trip (no BEGIN/COMMIT around it).
-_CONNECT_KWARGS: dict[str, Any] = {"autocommit": True}
+# An operation that needs the session's client-side backend pid (see _setup).
+OnSession = Callable[[int], Operation[T]]
+
+# Connect timeout of a DSN saver's first connection when neither the DSN nor
+# connect_kwargs set one.
 _PROBE_TIMEOUT = 10
+
+# A pooler (PgBouncer, RDS Proxy, Supavisor) answers the startup with a backend pid of its
+# own: a pid the server does not confirm means the connection is not direct.
+_BACKEND_PID_SQL = "SELECT pg_backend_pid()"
+
+
+class _Unset(enum.Enum):
+    UNSET = enum.auto()
+
+
+_UNSET = _Unset.UNSET
 
 
 # --- the two drivers: execute one batch -------------------------------------------
@@ -70,6 +101,10 @@ _PROBE_TIMEOUT = 10
 
 def _execute(conn: Connection[Any], batch: Batch) -> Results:
     statements = batch.statements
+    if batch.wait is not None:
+        for _ in conn.notifies(timeout=batch.wait[1], stop_after=1):
+            pass
+        return []
     if not batch.atomic and len(statements) == 1 and batch.pipeline:
         (st,) = statements
         with conn.cursor(binary=True, row_factory=tuple_row) as cur:
@@ -111,6 +146,10 @@ def _execute(conn: Connection[Any], batch: Batch) -> Results:
 
 async def _aexecute(conn: AsyncConnection[Any], batch: Batch) -> Results:
     statements = batch.statements
+    if batch.wait is not None:
+        async for _ in conn.notifies(timeout=batch.wait[1], stop_after=1):
+            pass
+        return []
     if not batch.atomic and len(statements) == 1 and batch.pipeline:
         (st,) = statements
         async with conn.cursor(binary=True, row_factory=tuple_row) as cur:
@@ -185,13 +224,26 @@ class DeterministicSaver(BaseCheckpointSaver[str]):
     ``conn`` is one of:
 
     * a DSN string: the saver owns a connection pool per API it is used with. Use it as a
-      context manager (``with`` / ``async with``) or call ``close()`` / ``aclose()``;
-    * a ``psycopg_pool.ConnectionPool`` or ``AsyncConnectionPool``: concurrent calls run
-      on separate connections, in parallel;
+      context manager (``with`` / ``async with``) or call ``close()`` / ``aclose()``.
+      ``pool_min_size``, ``pool_max_size``, ``prepare_threshold`` (``None`` behind
+      PgBouncer in transaction mode) and ``connect_kwargs`` (any psycopg connection
+      keyword) configure those pools;
+    * a ``psycopg_pool.ConnectionPool`` or ``AsyncConnectionPool`` created with
+      ``kwargs={"autocommit": True, ...}``: concurrent calls run on separate connections,
+      in parallel;
     * a ``psycopg.Connection`` or ``AsyncConnection`` with ``autocommit=True``: calls
       share it one at a time.
 
-    Call ``setup()`` / ``asetup()`` once per database to create or upgrade the tables.
+    Any ``row_factory`` works (the saver reads its rows with its own). Call ``setup()`` /
+    ``asetup()`` once per database to create or upgrade the tables.
+
+    ``multitask_strategy`` decides what a graph run does when another run holds its
+    thread, or the previous run stopped unfinished: ``"reject"`` (``ThreadBusyError`` /
+    ``RunUnfinishedError``), ``"enqueue"`` (wait its turn, FIFO, up to
+    ``enqueue_timeout`` seconds), ``"interrupt"`` or ``"rollback"``; ``run_config(...,
+    multitask_strategy=...)`` overrides it per call. A graph run holds its thread's lease
+    while it runs; ``lease_ttl`` (seconds) is how long a crashed worker keeps the thread
+    busy (the lease is renewed by writes and a heartbeat while the run is alive).
     """
 
     def __init__(
@@ -200,10 +252,24 @@ class DeterministicSaver(BaseCheckpointSaver[str]):
         *,
         run_id_policy: RunIdPolicy = "require",
         serde: SerializerProtocol | None = None,
-        pool_max_size: int = 10,
         metadata_keys: Iterable[str] | None = None,
+        pool_min_size: int | None = None,
+        pool_max_size: int | None = None,
+        prepare_threshold: int | _Unset | None = _UNSET,
+        connect_kwargs: Mapping[str, Any] | None = None,
+        multitask_strategy: MultitaskStrategy = "reject",
+        lease_ttl: float = 30.0,
+        enqueue_timeout: float = 300.0,
     ) -> None:
         super().__init__(serde=serde or JsonPlusSerializer())  # sets self.serde (below)
+        self.multitask_strategy: MultitaskStrategy = check_strategy(multitask_strategy)
+        if not lease_ttl > 0 or not enqueue_timeout >= 0:
+            raise ConfigurationError(
+                f"lease_ttl must be > 0 and enqueue_timeout >= 0 seconds, got {lease_ttl!r} "
+                f"and {enqueue_timeout!r}."
+            )
+        self.lease_ttl = float(lease_ttl)
+        self.enqueue_timeout = float(enqueue_timeout)
         if run_id_policy not in ("require", "warn", "off"):
             raise ConfigurationError(
                 f"run_id_policy must be 'require', 'warn' or 'off', not {run_id_policy!r}."
@@ -214,23 +280,49 @@ class DeterministicSaver(BaseCheckpointSaver[str]):
             DEFAULT_METADATA_KEYS if metadata_keys is None else frozenset(metadata_keys)
         )
         self._contract: RunContract | None = None
+        self._leases = LeaseKeeper(self._run, self._arun, lambda: self.lease_ttl)
         self._dsn: str | None = None
         self._pool: ConnectionPool[Any] | None = None
         self._apool: AsyncConnectionPool[Any] | None = None
+        self._apool_guard: AsyncGenerator[None, None] | None = None
+        self._apool_loop: asyncio.AbstractEventLoop | None = None
         self._conn: Connection[Any] | None = None
         self._aconn: AsyncConnection[Any] | None = None
         self._owns_pools = False
+        self._closed = False
         # A pool whose kwargs cannot tell (a configure callback, callable kwargs): check
         # each connection it hands out (an attribute read, no round trip).
         self._check_pool = False
-        self._pool_max_size = pool_max_size
         self._lock = threading.Lock()  # guards a single shared Connection / pool creation
         self._alock: asyncio.Lock | None = None  # guards a single shared AsyncConnection
         self._loop: asyncio.AbstractEventLoop | None = None
+        pool_options = {
+            "pool_min_size": pool_min_size,
+            "pool_max_size": pool_max_size,
+            "connect_kwargs": connect_kwargs,
+        }
+        given = [k for k, v in pool_options.items() if v is not None]
+        if prepare_threshold is not _UNSET:
+            given.append("prepare_threshold")
+        if given and not isinstance(conn, str):
+            raise ConfigurationError(
+                f"{', '.join(given)} configure the pools a DSN saver creates; this saver was "
+                f"given a {type(conn).__name__}. Set them on it instead (for a pool: "
+                'kwargs={"autocommit": True, "prepare_threshold": ...}, min_size, max_size).'
+            )
         if isinstance(conn, str):
             self._dsn = conn
             self._owns_pools = True
             _check_dsn(conn)
+            self._pool_min_size = 1 if pool_min_size is None else pool_min_size
+            self._pool_max_size = 10 if pool_max_size is None else pool_max_size
+            if not 0 <= self._pool_min_size <= self._pool_max_size or self._pool_max_size < 1:
+                raise ConfigurationError(
+                    f"pool_min_size={self._pool_min_size} and pool_max_size="
+                    f"{self._pool_max_size} are not a valid pool size: need "
+                    "0 <= pool_min_size <= pool_max_size and pool_max_size >= 1."
+                )
+            self._connect_kwargs = _owned_connect_kwargs(connect_kwargs, prepare_threshold)
         elif isinstance(conn, ConnectionPool):
             self._check_pool = _require_pool_autocommit(conn)
             self._pool = conn
@@ -261,40 +353,116 @@ class DeterministicSaver(BaseCheckpointSaver[str]):
         self._serde = maybe_add_typed_methods(value)
         self._codec = _core.Codec(self._serde)
 
+    @classmethod
+    def from_conn_string(
+        cls,
+        conn_string: str,
+        *,
+        pipeline: bool = False,
+        run_id_policy: RunIdPolicy = "require",
+        serde: SerializerProtocol | None = None,
+        metadata_keys: Iterable[str] | None = None,
+        pool_min_size: int | None = None,
+        pool_max_size: int | None = None,
+        prepare_threshold: int | _Unset | None = _UNSET,
+        connect_kwargs: Mapping[str, Any] | None = None,
+    ) -> DeterministicSaver:
+        """The peer's constructor: ``with DeterministicSaver.from_conn_string(dsn) as saver``
+        (or ``async with``; one saver serves both APIs). It owns its pools and closes them
+        when the block ends. ``pipeline`` is accepted for compatibility: this saver always
+        sends a call's statements in one pipeline."""
+        del pipeline
+        return cls(
+            conn_string,
+            run_id_policy=run_id_policy,
+            serde=serde,
+            metadata_keys=metadata_keys,
+            pool_min_size=pool_min_size,
+            pool_max_size=pool_max_size,
+            prepare_threshold=prepare_threshold,
+            connect_kwargs=connect_kwargs,
+        )
+
     # -- connections ---------------------------------------------------------------
 
+    def _refuse_if_closed(self) -> None:
+        if self._closed:
+            raise SaverClosedError(
+                "This DeterministicSaver was closed (close()/aclose(), or its with-block "
+                "ended); it no longer has connections. Create a new saver, or keep using "
+                "it inside its with-block."
+            )
+
     def _sync_pool(self) -> ConnectionPool[Any] | None:
+        self._refuse_if_closed()
         if self._pool is None and self._dsn is not None:
             with self._lock:
                 if self._pool is None:
-                    self._pool = ConnectionPool(
+                    # Connect once directly first: a pool retries a refused connection
+                    # until its timeout and then reports only that it timed out.
+                    direct = _probe(self._dsn, self._connect_kwargs)
+                    pool: ConnectionPool[Any] = ConnectionPool(
                         self._dsn,
-                        min_size=1,
+                        min_size=self._pool_min_size,
                         max_size=self._pool_max_size,
-                        kwargs=_CONNECT_KWARGS,
+                        kwargs=self._pool_kwargs(direct),
                         open=False,
                         name="langgraph-deterministic",
                     )
-                    self._pool.open(wait=False)
+                    pool.open(wait=False)
+                    self._pool = pool
         return self._pool
 
     async def _async_pool(self) -> AsyncConnectionPool[Any] | None:
+        self._refuse_if_closed()
         if self._apool is None and self._dsn is not None:
-            pool: AsyncConnectionPool[Any] = AsyncConnectionPool(
-                self._dsn,
-                min_size=1,
-                max_size=self._pool_max_size,
-                kwargs=_CONNECT_KWARGS,
-                open=False,
-                name="langgraph-deterministic-async",
-            )
-            if self._apool is None:  # no await since the check: no other task got here
-                self._apool = pool
-                await pool.open(wait=False)
+            if self._alock is None:
+                self._alock = asyncio.Lock()
+            async with self._alock:
+                if self._apool is None:
+                    direct = await _aprobe(self._dsn, self._connect_kwargs)
+                    self._refuse_if_closed()
+                    opened: weakref.WeakSet[AsyncConnection[Any]] = weakref.WeakSet()
+
+                    async def track(conn: AsyncConnection[Any]) -> None:
+                        opened.add(conn)
+
+                    pool: AsyncConnectionPool[Any] = AsyncConnectionPool(
+                        self._dsn,
+                        min_size=self._pool_min_size,
+                        max_size=self._pool_max_size,
+                        kwargs=self._pool_kwargs(direct),
+                        configure=track,
+                        open=False,
+                        name="langgraph-deterministic-async",
+                    )
+                    await pool.open(wait=False)
+                    # Closed with its event loop: asyncio.run() finalises open async
+                    # generators before it closes the loop, so a saver used without
+                    # `async with` still leaves no pool workers or connections behind.
+                    guard = _close_with_loop(pool, opened, self._forget_async_pool)
+                    await anext(guard)
+                    self._apool, self._apool_guard = pool, guard
+                    self._apool_loop = asyncio.get_running_loop()
         return self._apool
+
+    def _pool_kwargs(self, direct: bool) -> dict[str, Any]:
+        """Behind a pooler (found by the first connection), a DSN saver prepares nothing
+        unless told otherwise: PgBouncer before 1.21 in transaction mode cannot route a
+        prepared statement's EXECUTE to the session that prepared it."""
+        if direct or "prepare_threshold" in self._connect_kwargs:
+            return self._connect_kwargs
+        return {**self._connect_kwargs, "prepare_threshold": None}
+
+    def _forget_async_pool(self, pool: AsyncConnectionPool[Any]) -> None:
+        """Its event loop ended: a later loop gets a new pool."""
+        if self._apool is pool:
+            self._apool = self._apool_guard = self._apool_loop = None
+            self._alock = None  # an asyncio.Lock may be bound to the loop that ended
 
     @contextmanager
     def _connection(self) -> Iterator[Connection[Any]]:
+        self._refuse_if_closed()
         if self._conn is not None:
             with self._lock:
                 yield self._conn
@@ -308,6 +476,7 @@ class DeterministicSaver(BaseCheckpointSaver[str]):
 
     @asynccontextmanager
     async def _aconnection(self) -> AsyncIterator[AsyncConnection[Any]]:
+        self._refuse_if_closed()
         if self._aconn is not None:
             if self._alock is None:
                 self._alock = asyncio.Lock()
@@ -329,33 +498,35 @@ class DeterministicSaver(BaseCheckpointSaver[str]):
 
     # -- running operations ----------------------------------------------------------
 
-    def _run(self, operation: Operation[T]) -> T:
+    def _run(self, operation: Operation[T] | OnSession[T]) -> T:
         if not self._has_sync():
             return self._run_on_loop(operation)
         try:
             with self._connection() as conn:
-                return _core.run(operation, lambda batch: _execute(conn, batch))
+                op = operation(conn.info.backend_pid) if callable(operation) else operation
+                return _core.run(op, lambda batch: _execute(conn, batch))
         except Exception as exc:
             translated = _core.translate_error(exc)
             if translated is exc:
                 raise
             raise translated from exc
 
-    async def _arun(self, operation: Operation[T]) -> T:
+    async def _arun(self, operation: Operation[T] | OnSession[T]) -> T:
         if not self._has_async():
             # Sync-only connection: keep the event loop free by running it in a thread.
             return await asyncio.to_thread(self._run, operation)
         self._loop = asyncio.get_running_loop()
         try:
             async with self._aconnection() as conn:
-                return await _core.arun(operation, lambda batch: _aexecute(conn, batch))
+                op = operation(conn.info.backend_pid) if callable(operation) else operation
+                return await _core.arun(op, lambda batch: _aexecute(conn, batch))
         except Exception as exc:
             translated = _core.translate_error(exc)
             if translated is exc:
                 raise
             raise translated from exc
 
-    def _run_on_loop(self, operation: Operation[T]) -> T:
+    def _run_on_loop(self, operation: Operation[T] | OnSession[T]) -> T:
         """The sync API over an async connection: allowed from a thread other than the
         event loop's (e.g. a sync node run by LangGraph's executor)."""
         loop = self._loop
@@ -375,17 +546,17 @@ class DeterministicSaver(BaseCheckpointSaver[str]):
     # -- lifecycle -------------------------------------------------------------------
 
     def __enter__(self) -> DeterministicSaver:
+        self._refuse_if_closed()
         if self._dsn is not None:
-            _probe(self._dsn)  # a wrong DSN fails here, with the server's own reason
-            self._sync_pool()
+            self._sync_pool()  # a wrong DSN fails here, with the server's own reason
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
 
     async def __aenter__(self) -> DeterministicSaver:
+        self._refuse_if_closed()
         if self._dsn is not None:
-            await _aprobe(self._dsn)
             await self._async_pool()
         return self
 
@@ -398,16 +569,44 @@ class DeterministicSaver(BaseCheckpointSaver[str]):
         await self.aclose()
 
     def close(self) -> None:
-        """Close the pools this saver created from a DSN (never a pool you passed in)."""
+        """Close the pools this saver created from a DSN (never a pool or connection you
+        passed in); the saver cannot be used afterwards. From inside a coroutine running
+        on the loop of the saver's async pool, use ``await saver.aclose()``."""
+        self._leases.close()
+        guard, loop = self._apool_guard, self._apool_loop
+        if guard is not None and loop is not None and not loop.is_closed():
+            try:
+                running: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
+            except RuntimeError:
+                running = None
+            if running is loop:
+                raise ConfigurationError(
+                    "close() cannot wait for the async pool from inside its own event loop; "
+                    "use `await saver.aclose()` (or `async with`)."
+                )
+            if loop.is_running():
+                asyncio.run_coroutine_threadsafe(guard.aclose(), loop).result()
+            else:
+                loop.run_until_complete(guard.aclose())
+        self._closed = True
+        self._apool = self._apool_guard = self._apool_loop = None
         if self._owns_pools and self._pool is not None:
             self._pool.close()
             self._pool = None
 
     async def aclose(self) -> None:
+        """Async :meth:`close`."""
+        self._closed = True
+        self._leases.close()
         if self._owns_pools:
-            if self._apool is not None:
-                await self._apool.close()
-                self._apool = None
+            guard, loop = self._apool_guard, self._apool_loop
+            self._apool = self._apool_guard = self._apool_loop = None
+            if guard is not None:
+                if loop is asyncio.get_running_loop():
+                    await guard.aclose()
+                elif loop is not None and loop.is_running():
+                    closing = asyncio.run_coroutine_threadsafe(guard.aclose(), loop)
+                    await asyncio.wrap_future(closing)
             if self._pool is not None:
                 await asyncio.to_thread(self._pool.close)
                 self._pool = None
@@ -430,8 +629,15 @@ class DeterministicSaver(BaseCheckpointSaver[str]):
         retries with backoff up to ``lock_retries`` times before raising
         ``MigrationLockTimeoutError``. ``dry_run`` only reads: it reports to ``progress``
         each statement that would run and returns the migrations that would apply.
+
+        Through a connection pooler (PgBouncer, RDS Proxy, Supavisor...) it only checks
+        that the schema is up to date, and refuses to migrate: run the migrations over a
+        direct connection (see docs/adopting.md).
         """
-        return self._run(self._migration(phase, lock_timeout, lock_retries, dry_run, progress))
+        _refuse_from_coroutine("setup", "asetup")
+        return self._run(
+            partial(self._migration, phase, lock_timeout, lock_retries, dry_run, progress)
+        )
 
     async def asetup(
         self,
@@ -444,7 +650,7 @@ class DeterministicSaver(BaseCheckpointSaver[str]):
     ) -> list[str]:
         """Async :meth:`setup`."""
         return await self._arun(
-            self._migration(phase, lock_timeout, lock_retries, dry_run, progress)
+            partial(self._migration, phase, lock_timeout, lock_retries, dry_run, progress)
         )
 
     @staticmethod
@@ -454,12 +660,13 @@ class DeterministicSaver(BaseCheckpointSaver[str]):
         lock_retries: int,
         dry_run: bool,
         progress: _migrate.Progress | None,
+        client_pid: int,
     ) -> Operation[list[str]]:
         policy = _migrate.LockPolicy(timeout=lock_timeout, retries=lock_retries)
         operation = _migrate.migrate(phase, policy=policy, dry_run=dry_run, progress=progress)
         if dry_run:
             return _named(operation)
-        return _locked(operation, policy)
+        return _direct_only(phase, client_pid, _locked(operation, policy))
 
     def applied_migrations(self) -> set[int]:
         """Versions of this package's migrations applied to the database."""
@@ -478,8 +685,17 @@ class DeterministicSaver(BaseCheckpointSaver[str]):
             current is None
             or current.policy != self.run_id_policy
             or current.metadata_keys != self.metadata_keys
+            or current.multitask_strategy != self.multitask_strategy
+            or current.lease_ttl != self.lease_ttl
+            or current.enqueue_timeout != self.enqueue_timeout
         ):
-            current = self._contract = RunContract(self.run_id_policy, self.metadata_keys)
+            current = self._contract = RunContract(
+                self.run_id_policy,
+                self.metadata_keys,
+                multitask_strategy=self.multitask_strategy,
+                lease_ttl=self.lease_ttl,
+                enqueue_timeout=self.enqueue_timeout,
+            )
         return current
 
     def get_run(self, thread_id: str, run_id: str | uuid.UUID) -> RunRecord | None:
@@ -494,7 +710,9 @@ class DeterministicSaver(BaseCheckpointSaver[str]):
     # -- BaseCheckpointSaver: sync ---------------------------------------------------
 
     def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
-        return self._run(_core.get_tuple(self._codec, config, self.contract))
+        found = self._run(_core.get_tuple(self._codec, config, self.contract))
+        self._leases.bind(config, is_async=False)
+        return found
 
     def list(
         self,
@@ -526,6 +744,10 @@ class DeterministicSaver(BaseCheckpointSaver[str]):
     ) -> None:
         self._run(_core.put_writes(self._codec, config, writes, task_id, task_path, self.contract))
 
+    def put_batch(self, items: Sequence[_core.BufferedWrite]) -> str | None:
+        """:meth:`aput_batch`, sync."""
+        return self._run(_core.put_batch(self._codec, items, self.contract))
+
     def delete_thread(self, thread_id: str) -> None:
         self._run(_core.delete_thread(thread_id))
 
@@ -549,7 +771,9 @@ class DeterministicSaver(BaseCheckpointSaver[str]):
     # -- BaseCheckpointSaver: async --------------------------------------------------
 
     async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
-        return await self._arun(_core.get_tuple(self._codec, config, self.contract))
+        found = await self._arun(_core.get_tuple(self._codec, config, self.contract))
+        self._leases.bind(config, is_async=True)
+        return found
 
     async def alist(
         self,
@@ -586,6 +810,16 @@ class DeterministicSaver(BaseCheckpointSaver[str]):
             _core.put_writes(self._codec, config, writes, task_id, task_path, self.contract)
         )
 
+    async def aput_batch(self, items: Sequence[_core.BufferedWrite]) -> str | None:
+        """Store buffered ``aput``/``aput_writes`` calls of one run in one transaction.
+
+        For DeterministicRunner under a durable journal: it buffers a run's writes and
+        commits them once. Idempotent per run: when the checkpoint the run started from
+        already has a child written by the same run (an earlier commit got through),
+        nothing is written and that child's id is returned; otherwise None.
+        """
+        return await self._arun(_core.put_batch(self._codec, items, self.contract))
+
     async def adelete_thread(self, thread_id: str) -> None:
         await self._arun(_core.delete_thread(thread_id))
 
@@ -602,6 +836,45 @@ class DeterministicSaver(BaseCheckpointSaver[str]):
         self, *, config: RunnableConfig, channels: Sequence[str]
     ) -> Mapping[str, DeltaChannelHistory]:
         return await self._arun(_core.delta_history(self._codec, config, channels))
+
+
+def _direct_only(
+    phase: _migrate.Phase, client_pid: int, locked: Operation[list[str]]
+) -> Operation[list[str]]:
+    """Run ``locked`` (the migrations under the advisory lock) on a direct connection only.
+
+    The lock is per session. Behind a transaction-pooling proxy (PgBouncer, RDS Proxy,
+    Supavisor) consecutive statements of one client run on different server sessions: the
+    lock would be taken on one, left there for another client to inherit (which would then
+    migrate concurrently), and never released. Such a proxy answers the startup with a
+    backend pid of its own, so a pid the server does not confirm means "not direct". Then
+    setup only checks that nothing is pending, and otherwise refuses before any lock.
+    """
+    (rows,) = yield Batch(
+        (_core.Statement(_BACKEND_PID_SQL, fetch=True, prepare=False),), pipeline=False
+    )
+    if rows and rows[0][0] == client_pid:
+        return (yield from locked)
+    locked.close()  # never started: it took no lock
+    if phase not in ("pre", "post", "all"):
+        raise ConfigurationError(f"Unknown migration phase {phase!r}; use 'pre', 'post' or 'all'.")
+    done = yield from _migrate.applied_versions()
+    pending = [
+        _migrate.label(m)
+        for m in _migrate.discover()
+        if m.version not in done and phase in ("all", m.phase)
+    ]
+    if not pending:
+        return []
+    raise ConfigurationError(
+        "setup() cannot migrate through a connection pooler (PgBouncer, RDS Proxy, "
+        "Supavisor...): this connection's backend pid is not the server's, and migrations "
+        "hold a session-level lock that transaction pooling would leave on a server "
+        f"connection other clients reuse. Pending: {', '.join(pending)}. Run the migrations "
+        "once over a direct connection to Postgres (e.g. `langgraph-deterministic migrate "
+        "--dsn <direct DSN>`, or DeterministicSaver(direct_dsn).setup()); then setup() "
+        "through the pooler succeeds. Nothing was changed."
+    )
 
 
 def _named(operation: Operation[list[_migrate.Migration]]) -> Operation[list[str]]:
@@ -706,22 +979,101 @@ def _require_pool_autocommit(pool: ConnectionPool[Any] | AsyncConnectionPool[Any
     return False
 
 
-def _probe(dsn: str) -> None:
+def _owned_connect_kwargs(
+    connect_kwargs: Mapping[str, Any] | None, prepare_threshold: int | _Unset | None
+) -> dict[str, Any]:
+    """Connection keywords of the pools a DSN saver owns. Autocommit, so a read is one
+    round trip (no BEGIN/COMMIT around it); prepare_threshold=None prepares nothing
+    server-side, as PgBouncer in transaction mode needs."""
+    kwargs = dict(connect_kwargs or {})
+    if kwargs.get("autocommit", True) is not True:
+        raise ConfigurationError(
+            f"DeterministicSaver needs autocommit connections: {_AUTOCOMMIT_WHY} Remove "
+            "autocommit from connect_kwargs."
+        )
+    kwargs["autocommit"] = True
+    if prepare_threshold is not _UNSET:
+        if kwargs.get("prepare_threshold", prepare_threshold) != prepare_threshold:
+            raise ConfigurationError(
+                f"prepare_threshold={prepare_threshold!r} and connect_kwargs"
+                f"['prepare_threshold']={kwargs['prepare_threshold']!r} disagree; pass one."
+            )
+        kwargs["prepare_threshold"] = prepare_threshold
+    return kwargs
+
+
+def _probe_kwargs(dsn: str, kwargs: Mapping[str, Any]) -> dict[str, Any]:
+    probe = dict(kwargs)
+    if "connect_timeout" not in probe and "connect_timeout" not in conninfo_to_dict(dsn):
+        probe["connect_timeout"] = _PROBE_TIMEOUT
+    return probe
+
+
+def _probe(dsn: str, kwargs: Mapping[str, Any]) -> bool:
     """Connect once, directly: a pool would retry a refused connection until its
-    timeout and then report only that it timed out."""
+    timeout and then report only that it timed out. Returns whether the connection
+    reaches Postgres without a pooler in between."""
     try:
-        with psycopg.connect(dsn, connect_timeout=_PROBE_TIMEOUT):
-            pass
+        with psycopg.connect(dsn, **_probe_kwargs(dsn, kwargs)) as conn:
+            cur = conn.cursor(row_factory=tuple_row)
+            row = cur.execute(_BACKEND_PID_SQL, prepare=False).fetchone()
+            return row is not None and row[0] == conn.info.backend_pid
     except psycopg.Error as exc:
         raise _core.translate_error(exc) from exc
 
 
-async def _aprobe(dsn: str) -> None:
+async def _aprobe(dsn: str, kwargs: Mapping[str, Any]) -> bool:
     try:
-        conn = await AsyncConnection.connect(dsn, connect_timeout=_PROBE_TIMEOUT)
+        async with await AsyncConnection.connect(dsn, **_probe_kwargs(dsn, kwargs)) as conn:
+            cur = conn.cursor(row_factory=tuple_row)
+            await cur.execute(_BACKEND_PID_SQL, prepare=False)
+            row = await cur.fetchone()
+            return row is not None and row[0] == conn.info.backend_pid
     except psycopg.Error as exc:
         raise _core.translate_error(exc) from exc
-    await conn.close()
+
+
+async def _close_with_loop(
+    pool: AsyncConnectionPool[Any],
+    opened: weakref.WeakSet[AsyncConnection[Any]],
+    forget: Callable[[AsyncConnectionPool[Any]], None],
+) -> AsyncGenerator[None, None]:
+    """Suspended for the pool's lifetime; finalised by aclose(), or by the event loop's
+    shutdown_asyncgens() (asyncio.run calls it) when the saver was never closed."""
+    try:
+        yield
+    finally:
+        forget(pool)
+        try:
+            await pool.close()
+        except asyncio.CancelledError:
+            # The loop is shutting down: asyncio.run cancelled the pool's workers before
+            # finalising us, so the pool gave up before closing its connections. Nothing
+            # runs on this loop any more: close them here.
+            for conn in list(opened):
+                if not conn.closed:
+                    await conn.close()
+
+
+def _refuse_from_coroutine(name: str, async_name: str) -> None:
+    """Refuse ``await saver.<name>()`` before anything runs: the sync method would block
+    the event loop, then fail on awaiting its result. A plain call from a coroutine (as
+    the peer's sync saver allows) goes on; only an awaited one is refused."""
+    frame = inspect.currentframe()
+    caller = frame.f_back.f_back if frame is not None and frame.f_back is not None else None
+    flags = inspect.CO_COROUTINE | inspect.CO_ASYNC_GENERATOR | inspect.CO_ITERABLE_COROUTINE
+    if caller is None or not caller.f_code.co_flags & flags:
+        return
+    # f_lasti is the call being made (3.11: its last inline cache entry); the instruction
+    # after it is what the caller does with the result.
+    following = next(
+        (ins for ins in dis.get_instructions(caller.f_code) if ins.offset > caller.f_lasti), None
+    )
+    if following is not None and following.opname == "GET_AWAITABLE":
+        raise ConfigurationError(
+            f"`await saver.{name}()`: {name}() is the sync method. Use "
+            f"`await saver.{async_name}()` in async code. Nothing was run."
+        )
 
 
 AbstractContextManager.register(DeterministicSaver)

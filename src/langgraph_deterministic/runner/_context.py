@@ -37,6 +37,8 @@ class TaskScope:
 
     key: str
     counters: dict[str, int] = field(default_factory=dict)
+    # op name -> the asyncio tasks with an op of that name in flight (and how many)
+    holders: dict[str, dict[asyncio.Task[Any], int]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -80,14 +82,18 @@ def _innermost_node() -> str:
     return f"{node}@{step}"
 
 
+def _local_name(name: str) -> str:
+    inner = _innermost_node()
+    return f"{inner}:{name}" if inner else name
+
+
 def op_key(name: str) -> str:
     """The replay-stable key of the next op called ``name`` in the current task."""
     scope = _SCOPE.get()
     if scope is None:
         scope = TaskScope("run")
         _SCOPE.set(scope)
-    inner = _innermost_node()
-    local = f"{inner}:{name}" if inner else name
+    local = _local_name(name)
     n = scope.counters.get(local, 0)
     scope.counters[local] = n + 1
     return f"{scope.key}/{local}#{n}"
@@ -106,7 +112,39 @@ def request(spec: RunSpec | SleepSpec, name: str) -> asyncio.Future[Any] | None:
             "would never be asked for. Fix: call the inner op from the node, next to the "
             "outer one, not from inside its function."
         )
-    return sched.request(op_key(name), spec)
+    key = op_key(name)
+    scope = _SCOPE.get()
+    task = asyncio.current_task()
+    local = _local_name(name)
+    if scope is None or task is None:  # pragma: no cover - op_key set the scope
+        return sched.request(key, spec)
+    holders = scope.holders.setdefault(local, {})
+    if any(t is not task for t in holders) and not _requests_first(task):
+        raise NondeterminismError(
+            f"durable op {key!r} was requested while another coroutine of the same task has "
+            f"an op named {name!r} in flight. Ops of one name are numbered in the order they "
+            "are asked for, and concurrent coroutines (asyncio.gather, create_task) ask in an "
+            "order that changes on replay, which would hand them each other's results. Fix: "
+            f"give concurrent ops distinct names, e.g. durable(f'{name}:{{item}}', ...)."
+        )
+    fut = sched.request(key, spec)
+    holders[task] = holders.get(task, 0) + 1
+
+    def release(_: asyncio.Future[Any]) -> None:
+        left = holders.get(task, 0) - 1
+        if left > 0:
+            holders[task] = left
+        else:
+            holders.pop(task, None)
+
+    fut.add_done_callback(release)
+    return fut
+
+
+def _requests_first(task: asyncio.Task[Any]) -> bool:
+    """True if ``task`` is a bare ``durable(...)`` coroutine (``asyncio.gather(durable(..),
+    durable(..))``): it asks for its op in its first step, so in creation order."""
+    return getattr(task.get_coro(), "cr_code", None) is _DURABLE_CODE
 
 
 async def durable(name: str, fn: Callable[..., T] | Callable[..., Awaitable[T]], *args: Any, **kwargs: Any) -> T:
@@ -130,5 +168,7 @@ async def durable(name: str, fn: Callable[..., T] | Callable[..., Awaitable[T]],
     value: T = await fut
     return value
 
+
+_DURABLE_CODE = durable.__code__
 
 __all__ = ["RunSpec", "SleepSpec", "TaskScope", "current_scheduler", "durable", "op_key"]

@@ -26,6 +26,14 @@ decisions durable:
 No barrier between branches: a branch whose op completes asks for its next op at once,
 and the next decision carries it. Each decision costs one journal round trip.
 
+Timers (a backend's ``is_timer``, e.g. Restate's ``ctx.sleep``) need one more rule. A
+run's result is either journaled or not when it is created, but whether a timer fired is
+not known on replay, and waiting for one that has not is refused while commands remain.
+So a timer that fires is handed to its node only after a decision *witnessed* it (the
+decision lists ``~<key>``, with whatever ops had arrived). On replay, while timers are in
+flight and nothing else is due, the next journaled command can only be such a decision:
+the driver creates it at once and learns from its journaled value which timers fired.
+
 Keys must identify an op stably across executions (see ``_context.op_key``); the driver
 checks that no key is requested twice while pending and that every recorded key is
 eventually requested, and raises :class:`NondeterminismError` otherwise.
@@ -44,6 +52,7 @@ from langgraph_deterministic.errors import JournalClosedError, NondeterminismErr
 
 H = TypeVar("H", bound=Hashable)
 log = logging.getLogger("langgraph_deterministic.runner")
+WITNESS = "~"  # "~<op key>" in a decision: that timer had fired (op keys never start so)
 
 
 class JournalBackend(Protocol[H]):
@@ -120,6 +129,10 @@ class OpScheduler(Generic[H]):
         self._fatal: BaseException | None = None
         self._driver: asyncio.Task[None] | None = None
         self.stats = SchedulerStats()
+        is_timer = getattr(backend, "is_timer", None)
+        self._is_timer: Any = is_timer if callable(is_timer) else (lambda _h: False)
+        self._fired: list[H] = []  # timers that fired, not yet in a decision
+        self._witnessed: set[str] = set()  # timers a decision listed: may be taken
 
     # -- node-task side -------------------------------------------------------------------
 
@@ -207,8 +220,15 @@ class OpScheduler(Generic[H]):
             self.stats.created_keys.append(req.key)
             self._inflight[h] = req
             created = True
-        if not self._plan and self._decision is None and self._pending and not self._closing:
+        if self._plan or self._decision is not None or self._closing:
+            return created
+        waiting_timer = b.is_replaying() and any(
+            self._is_timer(h) and r.key not in self._witnessed for h, r in self._inflight.items()
+        )
+        if self._pending or self._fired or waiting_timer:
             keys = list(self._pending)  # arrival order
+            keys += [WITNESS + self._inflight[h].key for h in self._fired]
+            self._fired.clear()
             self._decision = b.start_decision(keys)
             log.debug("decision created %s replaying=%s", keys, b.is_replaying())
             self.stats.decisions_created += 1
@@ -227,14 +247,23 @@ class OpScheduler(Generic[H]):
                     "The journal was written by other code. Fix: replay it with the code (and "
                     "langgraph-deterministic version) that wrote it."
                 )
-            if not value:
-                raise NondeterminismError("a journaled scheduling decision is empty")
-            self._plan.extend(value)
+            # (empty: created on replay to read a witness the attempt did not record)
+            self._witnessed.update(k[len(WITNESS):] for k in value if k.startswith(WITNESS))
+            self._plan.extend(k for k in value if not k.startswith(WITNESS))
             log.debug("decision read %s", value)
             self.stats.decisions_replayed += 1
             progressed = True
-        for h in [h for h in self._inflight if b.is_ready(h)]:
+        for h in list(self._inflight):
+            if self._is_timer(h):
+                if self._inflight[h].key not in self._witnessed:
+                    if h not in self._fired and not b.is_replaying() and b.is_ready(h):
+                        self._fired.append(h)  # the next decision witnesses it
+                        progressed = True
+                    continue
+            elif not b.is_ready(h):
+                continue
             req = self._inflight.pop(h)
+            self._witnessed.discard(req.key)
             progressed = True
             try:
                 value = await b.take(h)
@@ -276,7 +305,7 @@ class OpScheduler(Generic[H]):
                 continue
             if self._closing:
                 return
-            handles: list[H] = list(self._inflight)
+            handles: list[H] = [h for h in self._inflight if h not in self._fired]
             if self._decision is not None:
                 handles.append(self._decision)
             if not handles or b.is_replaying():

@@ -28,11 +28,14 @@ from typing import Any, cast
 
 from langgraph_deterministic.errors import (
     ConfigurationError,
+    DatabaseUnavailableError,
     DeterministicError,
     IncompatibleRestateError,
+    JournalClosedError,
+    SchemaNotReadyError,
 )
 
-from ._context import IN_OP, RunSpec, current_scheduler, request
+from ._context import IN_OP, RunSpec, SleepSpec, current_scheduler, request
 from ._ordering import NondeterminismError, OpScheduler
 
 SUPPORTED_RESTATE = ">=1.3,<1.4"
@@ -74,12 +77,24 @@ def _check_restate(ctx: Any) -> None:
         )
 
 
+def _is_misuse(exc: BaseException) -> bool:
+    """Our errors that a retry cannot fix (not: Postgres briefly unreachable or not set up
+    yet, nor a run ended because its journal closed)."""
+    return isinstance(exc, DeterministicError) and not isinstance(
+        exc, DatabaseUnavailableError | SchemaNotReadyError | JournalClosedError
+    )
+
+
+def _terminal(exc: DeterministicError) -> BaseException:
+    from restate.exceptions import TerminalError
+
+    return TerminalError(f"{type(exc).__name__}: {exc}", 500)
+
+
 def _terminal_on_misuse(fn: Any) -> Any:
     """Make our own misuse errors raised inside an op terminal for Restate (no retries)."""
     import functools
     import inspect
-
-    from restate.exceptions import TerminalError
 
     if inspect.iscoroutinefunction(fn):
 
@@ -88,7 +103,9 @@ def _terminal_on_misuse(fn: Any) -> Any:
             try:
                 return await fn(*args, **kwargs)
             except DeterministicError as exc:
-                raise TerminalError(f"{type(exc).__name__}: {exc}", 500) from exc
+                if _is_misuse(exc):
+                    raise _terminal(exc) from exc
+                raise
 
         return guarded_async
 
@@ -97,7 +114,9 @@ def _terminal_on_misuse(fn: Any) -> Any:
         try:
             return fn(*args, **kwargs)
         except DeterministicError as exc:
-            raise TerminalError(f"{type(exc).__name__}: {exc}", 500) from exc
+            if _is_misuse(exc):
+                raise _terminal(exc) from exc
+            raise
 
     return guarded
 
@@ -110,6 +129,7 @@ class _RestateBackend:
 
         self._ctx = ctx
         self._real_run_typed = sc.ServerInvocationContext.run_typed
+        self._real_sleep = sc.ServerInvocationContext.sleep
         self._futs: dict[int, Any] = {}
         self._names: dict[int, str] = {}
         # Handles whose result is already in the journal (a replayed run with its
@@ -117,6 +137,8 @@ class _RestateBackend:
         self._journaled: set[int] = set()
         self._contexts: dict[int, contextvars.Context] = {}
         self._recv: asyncio.Future[Any] | None = None
+        # Durable timers: the driver takes them only once a decision witnessed them.
+        self._timers: set[int] = set()
 
     # creation ---------------------------------------------------------------------------
 
@@ -132,12 +154,17 @@ class _RestateBackend:
             options = spec.options if spec.options is not None else RunOptions()
             fn = _terminal_on_misuse(spec.fn)
             fut = self._real_run_typed(ctx, key, fn, options, *spec.args, **spec.kwargs)
+        elif isinstance(spec, SleepSpec):
+            fut = self._real_sleep(ctx, timedelta(seconds=spec.seconds), key)
         else:  # pragma: no cover
             raise TypeError(f"unknown durable op spec {spec!r}")
         handle = int(fut.handle)
         self._futs[handle] = fut
         self._names[handle] = key
-        self._note_replayed(handle)
+        if isinstance(spec, SleepSpec):
+            self._timers.add(handle)
+        else:
+            self._note_replayed(handle)
         origin = getattr(spec, "context", None)
         if isinstance(origin, contextvars.Context):
             self._contexts[handle] = origin
@@ -174,7 +201,11 @@ class _RestateBackend:
         self._contexts.pop(handle, None)
         self._names.pop(handle, None)
         self._journaled.discard(handle)
+        self._timers.discard(handle)
         return await fut
+
+    def is_timer(self, handle: int) -> bool:
+        return handle in self._timers
 
     def is_fatal(self, exc: BaseException) -> bool:
         from restate.exceptions import SdkInternalBaseException
@@ -428,14 +459,11 @@ def _routed_classes() -> tuple[type, type, type]:
             return self.run_typed(name, action, options, *(args or ()))
 
         def sleep(self, delta: timedelta, name: str | None = None) -> Any:
-            if _in_run():
-                raise NotImplementedError(
-                    "ctx.sleep() inside a DeterministicRunner run is not supported: whether a "
-                    "durable timer fired is not visible to the runner during replay, so it "
-                    "cannot be ordered safely. Fix: sleep in the handler before/after the "
-                    "graph run, or use durable('wait', asyncio.sleep, seconds) for short waits."
-                )
-            return ServerInvocationContext.sleep(self, delta, name)
+            """A durable timer, ordered like the run's other durable ops."""
+            fut = request(SleepSpec(delta.total_seconds()), name or "sleep")
+            if fut is None:  # called outside the run
+                return ServerInvocationContext.sleep(self.__dict__["_lgd_real"], delta, name)
+            return RoutedDurableFuture(self._lgd_shim, fut)
 
     _ROUTED = (_GatherShim, RoutedDurableFuture, RoutedContext)
     return _ROUTED
@@ -465,7 +493,11 @@ class RestateJournal:
 
     @contextmanager
     def bind(self, scheduler: OpScheduler[Any]) -> Iterator[None]:
+        """For the length of a run: route ``restate_context()`` and the handler's own
+        ``ctx`` (``run``/``run_typed``/``sleep``) through the run's ordering core, and make
+        our misuse errors terminal for Restate (a retry would replay the same mistake)."""
         token = None
+        shadowed: list[str] = []
         if self._route:
             from restate import server_context as sc
 
@@ -475,13 +507,30 @@ class RestateJournal:
             routed.__dict__["_lgd_shim"] = shim_cls()
             routed.__dict__["_lgd_scopes"] = {}
             token = sc._restate_context_var.set(routed)
+            # The handler's ctx reaches nodes too (a closure, the config): shadow its
+            # methods on this instance only, never on the class; removed when the run ends.
+            real = self._ctx.__dict__
+            for attr in _ROUTED_METHODS:
+                if attr not in real:
+                    real[attr] = getattr(routed, attr)
+                    shadowed.append(attr)
         try:
             yield
+        except DeterministicError as exc:
+            fatal = scheduler.fatal
+            if _is_misuse(exc) and (fatal is None or isinstance(fatal, DeterministicError)):
+                raise _terminal(exc) from exc
+            raise
         finally:
+            for attr in shadowed:
+                self._ctx.__dict__.pop(attr, None)
             if token is not None:
                 from restate import server_context as sc
 
                 sc._restate_context_var.reset(token)
+
+
+_ROUTED_METHODS = ("run", "run_typed", "sleep")
 
 
 __all__ = ["SUPPORTED_RESTATE", "IncompatibleRestateError", "RestateJournal"]

@@ -24,6 +24,7 @@ from typing import Any, Protocol
 
 from langgraph_deterministic.errors import IncompatibleLangGraphError
 
+from ._checkpointer import journaled_graph
 from ._context import _SCHEDULER, _SCOPE, TaskScope
 from ._ordering import JournalBackend, OpScheduler
 
@@ -218,52 +219,78 @@ class DeterministicRunner:
         tok_s = _SCHEDULER.set(scheduler)
         tok_scope = _SCOPE.set(TaskScope("run"))
         bind = self._journal.bind(scheduler) or nullcontext()
-        scheduler.start()
         failed: BaseException | None = None
-        try:
-            with bind:
-                yield cfg
-        except BaseException as exc:
-            failed = exc
-            raise
-        finally:
+        # The journal's binding spans the whole session, cleanup included, so it sees (and
+        # may translate, e.g. into Restate's TerminalError) every error the run ends with.
+        with bind:
+            scheduler.start()
             try:
-                await root.cancel_all()
+                yield cfg
+            except BaseException as exc:
+                failed = exc
+                raise
             finally:
-                _SCHEDULER.reset(tok_s)
-                _SCOPE.reset(tok_scope)
-                fatal = scheduler.fatal
                 try:
-                    await scheduler.aclose()
-                except BaseException as close_exc:
-                    if close_exc is not failed:
-                        raise close_exc from failed
+                    await root.cancel_all()
                 finally:
-                    close = getattr(backend, "close", None)
-                    if callable(close):
-                        close()  # after the driver stopped: it may hold a pending read
-                if fatal is None and failed is None and scheduler.unfulfilled():
-                    from ._ordering import NondeterminismError
+                    _SCHEDULER.reset(tok_s)
+                    _SCOPE.reset(tok_scope)
+                    fatal = scheduler.fatal
+                    try:
+                        await scheduler.aclose()
+                    except BaseException as close_exc:
+                        if close_exc is not failed:
+                            raise close_exc from failed
+                    finally:
+                        close = getattr(backend, "close", None)
+                        if callable(close):
+                            close()  # after the driver stopped: it may hold a pending read
+                    if fatal is None and failed is None and scheduler.unfulfilled():
+                        from ._ordering import NondeterminismError
 
-                    raise NondeterminismError(
-                        "the run finished but the journal recorded durable ops it never asked "
-                        f"for: {scheduler.unfulfilled()}. Node code took a different path on "
-                        "replay. Fix: make control flow depend only on state and durable "
-                        "results (see docs/deterministic-replay-on-restate.md)."
-                    )
+                        raise NondeterminismError(
+                            "the run finished but the journal recorded durable ops it never asked "
+                            f"for: {scheduler.unfulfilled()}. Node code took a different path on "
+                            "replay. Fix: make control flow depend only on state and durable "
+                            "results (see docs/deterministic-replay-on-restate.md)."
+                        )
 
     async def ainvoke(self, graph: Any, input: Any, config: Any = None, **kwargs: Any) -> Any:
-        """``graph.ainvoke(input, config, **kwargs)`` with ordered durable ops."""
+        """``graph.ainvoke(input, config, **kwargs)`` with ordered durable ops.
+
+        A graph compiled with a ``DeterministicSaver`` starts every execution of the run
+        from the checkpoint the first one started from, and stores the run's checkpoints
+        once, when it returns (see ``_checkpointer``)."""
         async with self._session(config) as cfg:
-            return await graph.ainvoke(input, cfg, **kwargs)
+            run_graph, store = journaled_graph(graph)
+            if store is None:
+                return await graph.ainvoke(input, cfg, **kwargs)
+            try:
+                out = await run_graph.ainvoke(input, cfg, **kwargs)
+            except Exception:
+                if store.can_commit():
+                    await store.commit(None, keep_output=False)
+                raise
+            return await store.commit(out)
 
     async def astream(
         self, graph: Any, input: Any, config: Any = None, **kwargs: Any
     ) -> AsyncIterator[Any]:
-        """``graph.astream(input, config, **kwargs)`` (any ``stream_mode``) with ordered ops."""
+        """``graph.astream(input, config, **kwargs)`` (any ``stream_mode``) with ordered ops.
+
+        With a ``DeterministicSaver`` the run's checkpoints are stored once the stream is
+        exhausted (or the graph raised); a stream abandoned early stores nothing."""
         async with self._session(config) as cfg:
-            async for chunk in graph.astream(input, cfg, **kwargs):
-                yield chunk
+            run_graph, store = journaled_graph(graph)
+            try:
+                async for chunk in run_graph.astream(input, cfg, **kwargs):
+                    yield chunk
+            except Exception:
+                if store is not None and store.can_commit():
+                    await store.commit(None, keep_output=False)
+                raise
+            if store is not None:
+                await store.commit(None, keep_output=False)
 
 
 __all__ = ["SUPPORTED_LANGGRAPH", "DeterministicRunner", "Journal", "check_langgraph", "task_key"]

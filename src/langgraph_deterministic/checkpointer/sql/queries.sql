@@ -90,14 +90,18 @@ ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id, task_id, idx) DO NOTHING
 WITH c AS (DELETE FROM checkpoints WHERE thread_id = %(thread_id)s),
      w AS (DELETE FROM checkpoint_writes WHERE thread_id = %(thread_id)s),
      ch AS (DELETE FROM lgd_chain WHERE thread_id = %(thread_id)s),
-     r AS (DELETE FROM lgd_runs WHERE thread_id = %(thread_id)s)
+     r AS (DELETE FROM lgd_runs WHERE thread_id = %(thread_id)s),
+     le AS (DELETE FROM lgd_leases WHERE thread_id = %(thread_id)s),
+     q AS (DELETE FROM lgd_queue WHERE thread_id = %(thread_id)s)
 DELETE FROM checkpoint_blobs WHERE thread_id = %(thread_id)s
 
 -- name: delete_threads
 WITH c AS (DELETE FROM checkpoints WHERE thread_id = ANY(%(thread_ids)s)),
      w AS (DELETE FROM checkpoint_writes WHERE thread_id = ANY(%(thread_ids)s)),
      ch AS (DELETE FROM lgd_chain WHERE thread_id = ANY(%(thread_ids)s)),
-     r AS (DELETE FROM lgd_runs WHERE thread_id = ANY(%(thread_ids)s))
+     r AS (DELETE FROM lgd_runs WHERE thread_id = ANY(%(thread_ids)s)),
+     le AS (DELETE FROM lgd_leases WHERE thread_id = ANY(%(thread_ids)s)),
+     q AS (DELETE FROM lgd_queue WHERE thread_id = ANY(%(thread_ids)s))
 DELETE FROM checkpoint_blobs WHERE thread_id = ANY(%(thread_ids)s)
 
 -- name: no_jit
@@ -360,12 +364,55 @@ LEFT JOIN lgd_runs r
   ON r.thread_id = %(thread_id)s AND r.run_id = %(run_id)s
  AND (head.metadata ->> 'run_id') IS DISTINCT FROM %(run_id)s
 
+-- name: select_addressed_with_run
+-- A graph run addressed at a checkpoint (time travel): that checkpoint, the calling run's
+-- ledger row as in select_head_with_run, and the thread's latest checkpoint id (a past
+-- checkpoint is a deliberate branch point).
+WITH head AS (
+    {select_checkpoint}
+    WHERE c.thread_id = %(thread_id)s AND c.checkpoint_ns = ''
+      AND c.checkpoint_id = %(checkpoint_id)s
+)
+SELECT head.*, r.status, r.last_checkpoint_id, r.input_fingerprint,
+       (SELECT max(l.checkpoint_id) FROM checkpoints l
+        WHERE l.thread_id = %(thread_id)s AND l.checkpoint_ns = '') AS latest
+FROM (SELECT 1) AS one
+LEFT JOIN head ON true
+LEFT JOIN lgd_runs r
+  ON r.thread_id = %(thread_id)s AND r.run_id = %(run_id)s
+ AND (head.metadata ->> 'run_id') IS DISTINCT FROM %(run_id)s
+
+-- name: admit
+-- The admission of a graph run (migration 0014): sent in the pipeline of its head read.
+SELECT * FROM lgd_admit_v3(%(thread_id)s, %(run_id)s, %(attempt)s, %(strategy)s, %(ttl)s,
+                           %(ticket)s::bigint)
+
+-- name: unadmit
+SELECT lgd_unadmit_v3(%(thread_id)s, %(attempt)s, %(run_id)s::text, %(holder_attempt)s::text,
+                      %(expires_at)s::timestamptz, %(ended)s::text, %(strategy)s::text,
+                      %(outcome)s::text, %(acquired_at)s::timestamptz)
+
+-- name: release_lease
+SELECT lgd_release_v3(%(thread_id)s, %(attempt)s, %(ended)s)
+
+-- name: renew_leases
+-- The heartbeat of the graph runs in flight in one process (one statement for all).
+UPDATE lgd_leases SET expires_at = now() + ttl
+WHERE thread_id = ANY(%(threads)s) AND attempt = ANY(%(attempts)s) AND ended IS NULL
+
+-- name: leave_queue
+DELETE FROM lgd_queue WHERE thread_id = %(thread_id)s AND ticket = %(ticket)s
+
 -- name: select_run
--- A run's ledger row and its last root checkpoint, in one round trip.
+-- A run's ledger row, the thread's lease while the run holds it, and its last root
+-- checkpoint, in one round trip.
 SELECT r.thread_id, r.run_id, r.status, r.attempts, r.first_checkpoint_id,
        coalesce(cp.checkpoint_id, r.last_checkpoint_id), r.input_fingerprint, r.superseded_by, r.created_at,
-       r.updated_at, cp.*
+       r.updated_at, r.multitask_strategy, r.multitask_outcome,
+       l.run_id, l.attempt, l.strategy, l.outcome, l.acquired_at, l.expires_at, l.ended,
+       cp.*
 FROM lgd_runs r
+LEFT JOIN lgd_leases l ON l.thread_id = r.thread_id AND l.run_id = r.run_id
 LEFT JOIN LATERAL (
     {select_checkpoint}
     WHERE c.thread_id = r.thread_id AND c.checkpoint_ns = ''
@@ -379,8 +426,9 @@ LEFT JOIN LATERAL (
 WHERE r.thread_id = %(thread_id)s AND r.run_id = %(run_id)s
 
 -- name: guarded_put_checkpoint
--- upsert_checkpoint followed by lgd_guard_put, in one statement (migration 0005).
-SELECT lgd_put_checkpoint(%s, %s, %s, %s, %s, %s, %s, %s::text, %s, %s::text)
+-- upsert_checkpoint followed by lgd_guard_put_v3 (fencing, ledger, lease renewal and
+-- deliberate branches), in one statement (migration 0014).
+SELECT lgd_put_checkpoint_v3(%s, %s, %s, %s, %s, %s, %s, %s::text, %s, %s::text, %s)
 
 -- name: guard_writes
 SELECT lgd_guard_writes(
@@ -396,7 +444,9 @@ ON CONFLICT (thread_id, checkpoint_ns, parent_checkpoint_id) DO NOTHING
 
 -- name: guarded_writes
 -- One pending write, fenced: refused (by lgd_refuse_writes, called only when the checkpoint
--- already has a child) if another attempt has continued the checkpoint. The conflict
+-- already has a child in the writer's lineage) if another attempt has continued the
+-- checkpoint, and (by lgd_refuse_leased_v3, called only then) while another run holds a
+-- live lease on the thread. Both are index probes inside this one statement. The conflict
 -- placeholder below becomes the ON CONFLICT clause of upsert_write / insert_write.
 INSERT INTO checkpoint_writes
     (thread_id, checkpoint_ns, checkpoint_id, task_id, task_path, idx, channel, type, blob)
@@ -405,5 +455,19 @@ WHERE NOT EXISTS (
     SELECT 1 FROM lgd_chain ch
     WHERE ch.thread_id = %s AND ch.checkpoint_ns = %s AND ch.parent_checkpoint_id = %s
       AND lgd_refuse_writes(ch.checkpoint_id, ch.run_id, ch.attempt, %s::text, %s, %s)
+) AND NOT EXISTS (
+    SELECT 1 FROM lgd_leases l
+    WHERE l.thread_id = %s AND l.ended IS NULL AND l.expires_at > now()
+      AND l.run_id IS DISTINCT FROM %s::text
+      AND lgd_refuse_leased_v3(l.run_id, l.outcome, l.thread_id)
 )
 {conflict}
+
+-- name: child_of_run
+-- put_batch's at-most-once check: the root checkpoint a run wrote on top of the one it
+-- started from (NULL: the thread's first), if its commit already got through.
+SELECT checkpoint_id FROM checkpoints
+WHERE thread_id = %(thread_id)s AND checkpoint_ns = ''
+  AND parent_checkpoint_id IS NOT DISTINCT FROM %(parent)s::text
+  AND (metadata ->> 'run_id') IS NOT DISTINCT FROM %(run_id)s::text
+LIMIT 1

@@ -1,0 +1,95 @@
+"""The saver's side of thread leases: release when a graph call returns, heartbeat while
+it runs.
+
+The core takes a lease when a graph run loads its thread (``lgd_admit_v3``) and every
+checkpoint write renews it. Two things happen outside any saver call, so they live here:
+
+* **release**: the call's ``RunInputRecorder`` (from ``run_config``) hears the root chain
+  end or fail before ``invoke``/``ainvoke`` returns; it then releases the lease, so the
+  next run on the thread is admitted at once (and a queue waiter is woken by NOTIFY).
+* **heartbeat**: a node may run longer than the lease TTL without writing (a slow tool or
+  model call). One daemon thread per saver renews the leases of every graph run in flight
+  in this process, one statement every ``ttl / 3``, and only while there are any.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Awaitable, Callable
+
+from langchain_core.runnables import RunnableConfig
+
+from langgraph_deterministic.checkpointer import _core
+from langgraph_deterministic.checkpointer.contract import HeldLease, find_recorder
+
+logger = logging.getLogger("langgraph_deterministic")
+
+
+class LeaseKeeper:
+    """Releases and renews the leases one saver's graph runs hold."""
+
+    def __init__(
+        self,
+        run: Callable[[_core.Operation[None]], None],
+        arun: Callable[[_core.Operation[None]], Awaitable[None]],
+        ttl: Callable[[], float],
+    ) -> None:
+        self._run, self._arun, self._ttl = run, arun, ttl
+        self._held: dict[str, HeldLease] = {}
+        self._lock = threading.Lock()
+        self._wake = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def bind(self, config: RunnableConfig, *, is_async: bool) -> None:
+        """After a graph run was admitted (``get_tuple``): release its lease when its call
+        ends, and keep it alive meanwhile."""
+        recorder = find_recorder(config)
+        if recorder is None or recorder.held is None:
+            return
+        held = recorder.held
+        if is_async:
+
+            async def arelease(ended: str) -> None:
+                self._forget(held)
+                await self._arun(_core.release_lease(held, ended))
+
+            recorder.bind_release(arelease, is_async=True)
+        else:
+
+            def release(ended: str) -> None:
+                self._forget(held)
+                self._run(_core.release_lease(held, ended))
+
+            recorder.bind_release(release, is_async=False)
+        with self._lock:
+            self._held[held.attempt] = held
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(
+                    target=self._beat, name="langgraph-deterministic-lease", daemon=True
+                )
+                self._thread.start()
+
+    def _forget(self, held: HeldLease) -> None:
+        with self._lock:
+            self._held.pop(held.attempt, None)
+
+    def close(self) -> None:
+        with self._lock:
+            self._held.clear()
+        self._wake.set()
+
+    def _beat(self) -> None:
+        while True:
+            self._wake.wait(max(0.05, self._ttl() / 3))
+            self._wake.clear()
+            with self._lock:
+                held = list(self._held.values())
+                if not held:
+                    self._thread = None
+                    self._wake.clear()
+                    return
+            try:
+                self._run(_core.renew_leases(held))
+            except Exception as exc:  # the next write or beat tries again; expiry is the fallback
+                logger.warning("langgraph-deterministic: lease heartbeat failed: %s", exc)

@@ -1,0 +1,254 @@
+"""Constructors and lifecycle of a saver that owns its pools (built from a DSN): the
+options LangGraph users pass, closing every pool it created (also when the user never
+closes it), refusing use once closed, and connection failures reported with the server's
+own reason instead of a pool timeout."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+import uuid
+from typing import Any
+
+import psycopg
+import pytest
+from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
+from psycopg import Connection
+from psycopg.rows import dict_row
+from psycopg_pool import ConnectionPool
+from tests.pgbouncer import _free_port
+
+from langgraph_deterministic import (
+    ConfigurationError,
+    DatabaseUnavailableError,
+    DeterministicSaver,
+    SaverClosedError,
+    run_config,
+)
+
+from .dropin import run_async, run_sync
+from .graphs import build_graph, first_input
+
+EMPTY = {"configurable": {"thread_id": "nobody"}}
+
+
+@pytest.fixture(scope="module")
+def db(dsn: str) -> str:
+    with DeterministicSaver(dsn) as saver:
+        saver.setup()
+    return dsn
+
+
+def _backends(db: str, app: str) -> int:
+    """Server sessions open under ``application_name`` ``app``."""
+    with Connection.connect(db, autocommit=True) as conn:
+        row = conn.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE application_name = %s", (app,)
+        ).fetchone()
+    return int(row[0]) if row else -1
+
+
+def _all_closed(db: str, app: str) -> bool:
+    """Whether every session under ``app`` is gone. A server session outlives its client's
+    close by a moment (the backend exits after it reads the Terminate), so poll briefly."""
+    deadline = time.monotonic() + 10
+    while (n := _backends(db, app)) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    return n == 0
+
+
+def _named(db: str, **options: Any) -> tuple[DeterministicSaver, str]:
+    app = f"lgd-{uuid.uuid4().hex[:10]}"
+    return DeterministicSaver(db, connect_kwargs={"application_name": app}, **options), app
+
+
+# -- constructors ----------------------------------------------------------------------
+
+
+def test_from_conn_string_with_options(db: str) -> None:
+    serde = JsonPlusSerializer()
+    app = f"lgd-{uuid.uuid4().hex[:10]}"
+    with DeterministicSaver.from_conn_string(
+        db,
+        pipeline=True,  # the peer's keyword: accepted, we always pipeline
+        serde=serde,
+        pool_min_size=2,
+        pool_max_size=3,
+        prepare_threshold=None,
+        connect_kwargs={"application_name": app, "row_factory": dict_row},
+    ) as saver:
+        assert saver.serde is serde
+        run_sync(saver, "fcs-options")
+        assert 1 <= _backends(db, app) <= 3  # the pool's connections carry the keyword
+    assert _all_closed(db, app)
+
+
+async def test_from_conn_string_async_with(db: str) -> None:
+    async with DeterministicSaver.from_conn_string(db, run_id_policy="require") as saver:
+        await run_async(saver, "fcs-async")
+
+
+def test_pool_options_need_a_dsn(db: str) -> None:
+    with ConnectionPool(db, kwargs={"autocommit": True}, open=False) as pool:
+        with pytest.raises(ConfigurationError, match="prepare_threshold"):
+            DeterministicSaver(pool, prepare_threshold=None)
+        with pytest.raises(ConfigurationError, match="pool_max_size"):
+            DeterministicSaver(pool, pool_max_size=3)
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        {"connect_kwargs": {"autocommit": False}},
+        {"pool_min_size": 5, "pool_max_size": 2},
+        {"prepare_threshold": 0, "connect_kwargs": {"prepare_threshold": None}},
+    ],
+)
+def test_bad_pool_options_are_refused(db: str, options: dict[str, Any]) -> None:
+    with pytest.raises(ConfigurationError):
+        DeterministicSaver(db, **options)
+
+
+async def test_awaited_sync_setup_is_refused_before_anything_runs(
+    pg_server_dsn: str,
+) -> None:
+    from langgraph_deterministic.embedded import create_database, database_name, drop_database
+
+    fresh = create_database(pg_server_dsn, prefix="lgd_awaited_setup")
+    try:
+        with DeterministicSaver(fresh) as saver:
+            with pytest.raises(ConfigurationError, match=r"await saver\.asetup\(\)"):
+                await saver.setup()  # type: ignore[misc]
+            assert saver.applied_migrations() == set()  # nothing ran
+            # A plain (not awaited) call from a coroutine is what the peer's sync saver
+            # allows: it still works.
+            assert saver.setup()
+    finally:
+        drop_database(pg_server_dsn, database_name(fresh))
+
+
+# -- closing ---------------------------------------------------------------------------
+
+
+def test_close_closes_both_pools_and_refuses_later_use(db: str) -> None:
+    saver, app = _named(db)
+    saver.get_tuple(EMPTY)  # the sync pool
+
+    async def use_async() -> None:
+        await saver.aget_tuple(EMPTY)  # the async pool, on this loop
+
+    loop = asyncio.new_event_loop()
+    thread = threading.Thread(target=loop.run_forever)
+    thread.start()
+    try:
+        asyncio.run_coroutine_threadsafe(use_async(), loop).result()
+        assert _backends(db, app) >= 2
+        saver.close()  # from another thread than the async pool's loop
+        assert _all_closed(db, app)
+    finally:
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join()
+        loop.close()
+    with pytest.raises(SaverClosedError):
+        saver.get_tuple(EMPTY)
+    with pytest.raises(SaverClosedError), saver:
+        pass
+
+
+async def test_aclose_closes_both_pools(db: str) -> None:
+    saver, app = _named(db)
+    await asyncio.to_thread(saver.get_tuple, EMPTY)
+    await saver.aget_tuple(EMPTY)
+    assert _backends(db, app) >= 2
+    await saver.aclose()
+    assert _all_closed(db, app)
+    with pytest.raises(SaverClosedError):
+        await saver.aget_tuple(EMPTY)
+    with pytest.raises(SaverClosedError):
+        [t async for t in saver.alist(EMPTY)]
+
+
+def test_async_with_block_closes_its_pools(db: str) -> None:
+    saver, app = _named(db)
+
+    async def main() -> None:
+        async with saver:
+            graph = build_graph().compile(checkpointer=saver)
+            await graph.ainvoke(first_input(), run_config("async-with", "r1"))
+            await asyncio.to_thread(saver.get_tuple, EMPTY)
+
+    asyncio.run(main())
+    assert _all_closed(db, app)
+    with pytest.raises(SaverClosedError):
+        saver.get_tuple(EMPTY)
+
+
+def test_never_closed_async_pool_closes_with_its_loop(db: str) -> None:
+    """The README's adoption pattern without `with`: asyncio.run() ends, and the async pool
+    the saver created ends with its loop (no workers left, no connections); a later loop
+    gets a new one; close() afterwards is harmless."""
+    saver, app = _named(db, run_id_policy="warn")
+
+    async def main(run: str) -> None:
+        graph = build_graph().compile(checkpointer=saver)
+        await graph.ainvoke(first_input(), run_config(f"unclosed-{run}", run))
+
+    asyncio.run(main("a"))
+    assert _all_closed(db, app)
+    asyncio.run(main("b"))  # a new loop: a new pool
+    assert _all_closed(db, app)
+    saver.close()
+
+
+def test_close_from_inside_the_async_pools_loop_names_aclose(db: str) -> None:
+    saver, app = _named(db)
+
+    async def main() -> None:
+        await saver.aget_tuple(EMPTY)
+        with pytest.raises(ConfigurationError, match=r"await saver\.aclose\(\)"):
+            saver.close()
+        await saver.aclose()
+
+    asyncio.run(main())
+    assert _all_closed(db, app)
+
+
+def test_close_leaves_a_pool_it_was_given_open(db: str) -> None:
+    with ConnectionPool(db, min_size=1, kwargs={"autocommit": True}) as pool:
+        with DeterministicSaver(pool) as saver:
+            saver.get_tuple(EMPTY)
+        assert not pool.closed
+        with pytest.raises(SaverClosedError):
+            saver.get_tuple(EMPTY)
+        with pool.connection() as conn:
+            conn.execute("SELECT 1")
+
+
+# -- connection failures without `with` ------------------------------------------------
+
+
+def _unreachable() -> str:
+    return f"postgresql://postgres@127.0.0.1:{_free_port()}/postgres?connect_timeout=3"
+
+
+def test_unreachable_server_is_reported_at_first_use(db: str) -> None:
+    saver = DeterministicSaver(_unreachable())
+    with pytest.raises(DatabaseUnavailableError, match=r"[Cc]onnection refused"):
+        saver.get_tuple(EMPTY)
+    saver.close()
+
+
+async def test_unreachable_server_is_reported_at_first_async_use(db: str) -> None:
+    saver = DeterministicSaver(_unreachable())
+    with pytest.raises(DatabaseUnavailableError, match=r"[Cc]onnection refused"):
+        await saver.aget_tuple(EMPTY)
+    await saver.aclose()
+
+
+def test_wrong_database_is_reported_with_the_servers_reason(db: str) -> None:
+    wrong = psycopg.conninfo.make_conninfo(db, dbname="lgd_no_such_database")
+    saver = DeterministicSaver(wrong)
+    with pytest.raises(DatabaseUnavailableError, match='database "lgd_no_such_database"'):
+        saver.setup()
+    saver.close()

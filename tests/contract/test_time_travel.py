@@ -1,0 +1,111 @@
+"""History that branches on purpose: time travel (replay, fork, update_state at a past
+checkpoint) is allowed under policies "require" and "warn", each branch with its own run
+id, while an attempt that merely lost a race is still fenced (one child per lineage)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import psycopg
+import pytest
+from langchain_core.runnables import RunnableConfig
+from tests.contract.graphs import ask, build_pipeline, effects
+
+from langgraph_deterministic.checkpointer import DeterministicSaver
+from langgraph_deterministic.config import run_config
+from langgraph_deterministic.errors import ConcurrentRunError
+
+
+def plain(thread: str, **extra: Any) -> RunnableConfig:
+    return {"configurable": {"thread_id": thread, **extra}}
+
+
+def children(db: str, thread: str, parent: str) -> list[tuple[str, str]]:
+    with psycopg.connect(db) as conn:
+        return conn.execute(  # type: ignore[return-value]
+            "SELECT checkpoint_id, metadata ->> 'run_id' FROM checkpoints WHERE thread_id = %s "
+            "AND checkpoint_ns = '' AND parent_checkpoint_id = %s ORDER BY checkpoint_id",
+            (thread, parent),
+        ).fetchall()
+
+
+def latest(db: str, thread: str) -> str:
+    with psycopg.connect(db) as conn:
+        row = conn.execute(
+            "SELECT max(checkpoint_id) FROM checkpoints WHERE thread_id = %s AND checkpoint_ns = ''",
+            (thread,),
+        ).fetchone()
+    assert row is not None
+    return str(row[0])
+
+
+@pytest.mark.parametrize("policy", ["require", "warn"])
+def test_replay_from_a_past_checkpoint_is_a_branch_of_its_own(db: str, policy: Any) -> None:
+    thread = f"travel-{policy}"
+    with DeterministicSaver(db, run_id_policy=policy) as saver:
+        graph = build_pipeline(db).compile(checkpointer=saver)
+        first = graph.invoke(ask("q"), run_config(thread, "A"))
+        history = list(graph.get_state_history(plain(thread)))
+        old = history[-2].config["configurable"]["checkpoint_id"]  # the input's child
+        ran = effects(db, thread)
+        # Replay from there: a deliberate branch, with its own run id.
+        replay = graph.invoke(None, run_config(thread, "replay-1", checkpoint_id=old))
+        assert replay["messages"][-1].content == first["messages"][-1].content
+        assert len(effects(db, thread)) > len(ran)  # the nodes after `old` ran again
+        assert [r for _, r in children(db, thread, old)] == ["A", "replay-1"]
+        # The head is LangGraph's: the latest checkpoint, the replay's final one.
+        head = graph.get_state(plain(thread))
+        assert head.config["configurable"]["checkpoint_id"] == latest(db, thread)
+        assert head.metadata is not None and head.metadata["run_id"] == "replay-1"
+        # A second branch from the same checkpoint, under another run id: allowed too.
+        graph.invoke(None, run_config(thread, "replay-2", checkpoint_id=old))
+        assert [r for _, r in children(db, thread, old)] == ["A", "replay-1", "replay-2"]
+        # The thread goes on from the head as usual.
+        more = graph.invoke(ask("more"), run_config(thread, "B"))
+        assert more["messages"][-1].content.startswith("report of")
+
+
+def test_update_state_at_a_past_checkpoint_forks(db: str, saver: DeterministicSaver) -> None:
+    thread = "travel-fork"
+    graph = build_pipeline(db).compile(checkpointer=saver)
+    graph.invoke(ask("q"), run_config(thread, "A"))
+    history = list(graph.get_state_history(plain(thread)))
+    old = history[-2].config
+    fork = graph.update_state(
+        {
+            **run_config(thread, "fork-1"),
+            "configurable": {**old["configurable"], "run_id": "fork-1"},
+        },
+        {"steps": ["edited"]},
+    )
+    assert len(children(db, thread, old["configurable"]["checkpoint_id"])) == 2
+    out = graph.invoke(
+        None, run_config(thread, "fork-run", checkpoint_id=fork["configurable"]["checkpoint_id"])
+    )
+    assert "edited" in out["steps"]
+
+
+def test_a_race_inside_one_branch_is_still_fenced(db: str, saver: DeterministicSaver) -> None:
+    """Two attempts of the same branch run from the same past checkpoint: one lineage,
+    one child -- the second is a zombie."""
+    thread = "travel-race"
+    graph = build_pipeline(db).compile(checkpointer=saver)
+    graph.invoke(ask("q"), run_config(thread, "A"))
+    old = list(graph.get_state_history(plain(thread)))[-2].config["configurable"]["checkpoint_id"]
+    # Two attempts of run R load the same branch point (as LangGraph's loop would)...
+    loads = []
+    for _ in range(2):
+        config = run_config(thread, "R", checkpoint_id=old)
+        config["configurable"]["__pregel_runtime"] = object()
+        loads.append(saver.get_tuple(config))
+    first, second = loads
+    assert first is not None and second is not None
+    cfg1 = {"configurable": first.config["configurable"], "metadata": {"run_id": "R"}}
+    cfg2 = {"configurable": second.config["configurable"], "metadata": {"run_id": "R"}}
+    step = {"source": "loop", "step": 7, "parents": {}}
+    cp1 = {**first.checkpoint, "id": f"1fffffff-ffff-6fff-bfff-{'1' * 12}"}
+    cp2 = {**second.checkpoint, "id": f"1fffffff-ffff-6fff-bfff-{'2' * 12}"}
+    saver.put(cfg1, cp1, step, {})  # type: ignore[arg-type]
+    with pytest.raises(ConcurrentRunError):
+        saver.put(cfg2, cp2, step, {})  # type: ignore[arg-type]
+    assert [r for _, r in children(db, thread, old)] == ["A", "R"]
