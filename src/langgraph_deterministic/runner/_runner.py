@@ -18,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import importlib.metadata
 import inspect
-import uuid
+import secrets
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterator
 from contextlib import AbstractContextManager, asynccontextmanager, contextmanager, nullcontext
 from typing import Any, Protocol
@@ -235,7 +235,7 @@ class DeterministicRunner:
         self._refuse_nesting()
         from langgraph_deterministic.checkpointer.contract import ATTEMPT_KEY
 
-        attempt = uuid.uuid4().hex
+        attempt = secrets.token_hex(16)  # not uuid4: code under test patches it
         session = self._journal.open_session(attempt)
         self.last_stats = getattr(session, "stats", None)
         cfg: dict[str, Any] = dict(config or {})
