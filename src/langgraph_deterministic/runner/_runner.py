@@ -266,12 +266,15 @@ class DeterministicRunner:
             if store is None:
                 return await graph.ainvoke(input, cfg, **kwargs)
             try:
-                out = await run_graph.ainvoke(input, cfg, **kwargs)
-            except Exception:
-                if store.can_commit():
-                    await store.commit(None, keep_output=False)
-                raise
-            return await store.commit(out)
+                try:
+                    out = await run_graph.ainvoke(input, cfg, **kwargs)
+                except Exception:
+                    if store.can_commit():
+                        await store.commit(None, keep_output=False, ended="error")
+                    raise
+                return await store.commit(out)
+            finally:
+                store.close()
 
     async def astream(
         self, graph: Any, input: Any, config: Any = None, **kwargs: Any
@@ -283,14 +286,18 @@ class DeterministicRunner:
         async with self._session(config) as cfg:
             run_graph, store = journaled_graph(graph)
             try:
-                async for chunk in run_graph.astream(input, cfg, **kwargs):
-                    yield chunk
-            except Exception:
-                if store is not None and store.can_commit():
+                try:
+                    async for chunk in run_graph.astream(input, cfg, **kwargs):
+                        yield chunk
+                except Exception:
+                    if store is not None and store.can_commit():
+                        await store.commit(None, keep_output=False, ended="error")
+                    raise
+                if store is not None:
                     await store.commit(None, keep_output=False)
-                raise
-            if store is not None:
-                await store.commit(None, keep_output=False)
+            finally:
+                if store is not None:
+                    store.close()
 
 
 __all__ = ["SUPPORTED_LANGGRAPH", "DeterministicRunner", "Journal", "check_langgraph", "task_key"]
