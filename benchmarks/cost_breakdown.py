@@ -24,7 +24,6 @@ Run: ``python benchmarks/cost_breakdown.py [--ops N] [--only put,graph_sync]``.
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
 import sys
 import tempfile
@@ -40,8 +39,10 @@ if __package__ in (None, ""):
     if _src.is_dir():
         sys.path.insert(1, str(_src))
     import bench_saver as b
+    from harness import process_cpu_s
 else:
     from . import bench_saver as b
+    from .harness import process_cpu_s
 
 import psycopg
 from langgraph.checkpoint.base import BaseCheckpointSaver
@@ -58,16 +59,11 @@ from langgraph_deterministic.embedded import (
 )
 
 OPS = ["put", "put_writes", "get_tuple", "list100", "graph_sync"]
-_TICK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
 
 def backend_cpu_s(pid: int) -> float | None:
-    """utime + stime of a local process, in seconds; None when not on this machine."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except OSError:
-        return None
-    return (int(fields[11]) + int(fields[12])) / _TICK
+    """CPU seconds of a local process; None when not on this machine."""
+    return process_cpu_s([pid])
 
 
 def trace_counts(conn: psycopg.Connection[Any], fn: Callable[[], Any]) -> dict[str, float]:

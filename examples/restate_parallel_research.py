@@ -3,15 +3,20 @@
 Run it (restate-server running locally, see docs/deterministic-replay-on-restate.md):
 
     pip install 'langgraph-deterministic[restate]' hypercorn
-    hypercorn examples.restate_parallel_research:app --bind 127.0.0.1:9080
+    python examples/restate_parallel_research.py     # serves on 127.0.0.1:9080
     restate deployments register http://127.0.0.1:9080
     curl localhost:8080/Research/run --json '{"topics": ["tides", "moons", "orbits"]}'
+
+It binds to loopback unless ``RESEARCH_HOST`` says otherwise (``0.0.0.0`` in a container,
+so that restate-server in another container can reach it: see docker-compose.yml);
+``RESEARCH_PORT`` sets the port. ``docker compose up --build`` runs all of it.
 """
 
 from __future__ import annotations
 
 import asyncio
 import operator
+import os
 from typing import Annotated, Any
 
 import restate
@@ -84,3 +89,27 @@ async def run(ctx: restate.Context, req: dict[str, Any]) -> dict[str, Any]:
 
 
 app = restate.app(services=[svc])
+
+HOST_ENV, PORT_ENV = "RESEARCH_HOST", "RESEARCH_PORT"
+DEFAULT_HOST, DEFAULT_PORT = "127.0.0.1", 9080
+
+
+def bind_address() -> str:
+    """Where to serve: loopback by default; $RESEARCH_HOST / $RESEARCH_PORT override."""
+    host = os.environ.get(HOST_ENV, DEFAULT_HOST)
+    port = int(os.environ.get(PORT_ENV, DEFAULT_PORT))
+    return f"{host}:{port}"
+
+
+def main() -> None:
+    from hypercorn.asyncio import serve
+    from hypercorn.config import Config
+
+    config = Config()
+    config.bind = [bind_address()]
+    print(f"serving the Research service on http://{config.bind[0]}", flush=True)
+    asyncio.run(serve(app, config))  # type: ignore[arg-type]
+
+
+if __name__ == "__main__":
+    main()

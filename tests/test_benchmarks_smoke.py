@@ -1,7 +1,8 @@
 """The benchmark runs end to end (--quick) and reports a ratio for every workload.
 
-No timing is asserted: this only guards that benchmarks/bench_saver.py keeps working as
-the saver changes (every workload runs on both savers, results are checked inside it).
+No timing is asserted: this only guards that benchmarks/bench_saver.py, cost_breakdown.py
+and bench_graph.py keep working as the saver changes (every workload runs on every side,
+results are checked inside them); only exact protocol counts are asserted.
 """
 
 from __future__ import annotations
@@ -127,3 +128,106 @@ def test_cost_breakdown_counts_round_trips_and_statements(dsn: str) -> None:
     ours, peer = rows["graph_sync", "ours"], rows["graph_sync", "peer"]
     assert ours[0] <= peer[0] + 1, done.stdout  # round trips: + the lease release
     assert ours[1] <= peer[1] + 2, done.stdout  # statements: + lgd_admit_v3, + the release
+
+
+def test_audit_benchmark_runs_small(pg_server_dsn: str) -> None:
+    """benchmarks/bench_audit.py end to end on a small database: it checks inside that
+    every planted fault is found and nothing else (its exit code); no timing asserted."""
+    bench = BENCH.parent / "bench_audit.py"
+    env = {**os.environ, "DATABASE_URL": pg_server_dsn}
+    done = subprocess.run(
+        [sys.executable, str(bench), "--threads", "300", "--planted", "2", "--window", "0.5",
+         "--drop"],
+        capture_output=True, text=True, env=env, timeout=300,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "missed 0, false positives 0" in done.stdout
+    assert "writers' p99 during the audit / baseline p99:" in done.stdout
+
+
+GRAPH = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_graph.py"
+GRAPH_WORKLOADS = ["graph_sync", "graph_async", "graph_async_c8", "graph_async_c32"]
+
+
+def test_graph_benchmark_prints_ratios_cpu_and_round_trips(dsn: str, tmp_path: Path) -> None:
+    """bench_graph.py --quick: every workload on both networks (direct and through the
+    delay proxy) gets a ratio against the peer and against InMemorySaver, a CPU row and
+    the round-trip counts. No timing is asserted, only structure and exact counts."""
+    out_json = tmp_path / "graph.json"
+    env = {**os.environ, "DATABASE_URL": dsn}
+    done = subprocess.run(
+        [sys.executable, str(GRAPH), "--quick", "--rounds", "1", "--json", str(out_json)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    ratio_rows = re.findall(
+        r"^(\w+)\s+(direct|1ms)\s+[\d.]+\s+[\d.]+\s+[\d.]+\s+([\d.]+)x\s.*?\s([\d.]+)x\s",
+        done.stdout,
+        re.MULTILINE,
+    )
+    cells = sorted((name, net) for name, net, _, _ in ratio_rows)
+    expected = sorted((w, n) for w in GRAPH_WORKLOADS for n in ("direct", "1ms"))
+    assert cells == expected, done.stdout
+    assert all(float(vp) > 0 and float(vm) > 0 for _, _, vp, vm in ratio_rows), done.stdout
+    cpu_rows = re.findall(r"^(\w+)\s+(direct|1ms)\s+[\d.]+\+[\d.n/a]+\s", done.stdout, re.M)
+    assert sorted(cpu_rows) == expected, done.stdout
+    assert re.search(r"proxy adds [\d.]+ ms", done.stdout), done.stdout
+
+    report = json.loads(out_json.read_text())
+    assert sorted((c["workload"], c["net"]) for c in report["cells"]) == expected
+    for cell in report["cells"]:
+        assert cell["rounds"] == 1 and len(cell["vs_peer_rounds"]) == 1, cell
+    # The trace counts are exact: a superstep costs at least one round trip on either side
+    # (durability "sync" writes each checkpoint before the next superstep starts).
+    steps = report["meta"]["supersteps"]
+    assert steps == 14, report["meta"]
+    for side in ("ours", "peer"):
+        assert report["round_trips"][side]["rt"] >= steps, report["round_trips"]
+    # + the run lease's release (as in the cost_breakdown test above)
+    assert report["round_trips"]["ours"]["rt"] <= report["round_trips"]["peer"]["rt"] + 1
+    assert set(report["serial_round_trips_per_superstep"]) == {"graph_sync", "graph_async"}
+
+
+WHERE = Path(__file__).resolve().parents[1] / "benchmarks" / "where_time_goes.py"
+
+
+def test_where_time_goes_prints_every_section(dsn: str) -> None:
+    """On any server (here the test one, without pg_stat_statements preloaded) every
+    section runs; what the server lacks is reported as skipped, not failed."""
+    done = subprocess.run(
+        [sys.executable, str(WHERE), "--database-url", dsn, "--runs", "2", "--reps", "1"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    for section in ("## 1. per run", "## 2. server", "## 3. client CPU", "## 4. TOAST", "## 5."):
+        assert section in done.stdout, (section, done.stdout)
+    sides = re.findall(
+        r"^(ours|peer|memory)\s+[\d.]+\s+[\d.]+\s+[\d.]+\s+[\d.]+$", done.stdout, re.M
+    )
+    assert sorted(sides) == ["memory", "ours", "peer"], done.stdout
+    # Exact counts: one put per checkpoint (14 per run) on every side.
+    assert re.search(
+        r"^  put\s+[\d.]+ \(14\.0\)\s+[\d.]+ \(14\.0\)\s+[\d.]+ \(14\.0\)", done.stdout, re.M
+    ), done.stdout
+
+
+
+
+def test_journal_benchmark_reports_every_workload(dsn: str) -> None:
+    """benchmarks/bench_journal.py keeps working (no timing asserted)."""
+    bench = BENCH.with_name("bench_journal.py")
+    done = subprocess.run(
+        [sys.executable, str(bench), "--rounds", "1", "--runs", "1", "--dsn", dsn],
+        capture_output=True, text=True, timeout=240, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    rows = re.findall(r"ratio ([\d.]+)x .* (\d\.\d\d) round trips/op", done.stdout)
+    assert len(rows) == 5, done.stdout
+    assert all(float(r) > 0 and float(t) == 2.0 for r, t in rows), rows

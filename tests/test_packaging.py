@@ -28,3 +28,44 @@ def test_wheel_ships_migrations_queries_and_py_typed(tmp_path: Path) -> None:
             f"langgraph_deterministic/migrations/{migration.version:04d}_{migration.phase}_{migration.name}.sql"
             in names
         )
+    for shipped in ("demo.py", "ops/audit.py", "ops/repair.py", "ops/sql/audit.sql", "ops/sql/repair.sql"):
+        assert f"langgraph_deterministic/{shipped}" in names
+
+
+def test_pip_install_into_an_empty_venv_then_demo(tmp_path: Path) -> None:
+    """What a new user types: install the package, run the demo (embedded Postgres).
+
+    The package is built and installed for real (``pip install --no-deps .``: a wheel, not
+    an editable install); its dependencies come from this test environment's
+    site-packages through a .pth line instead of being downloaded again. Only that
+    directory is added, not its .pth files, so this checkout's editable install stays out.
+    """
+    import os
+    import sysconfig
+    import venv
+
+    target = tmp_path / "venv"
+    venv.EnvBuilder(with_pip=False).create(target)
+    python = target / "bin" / "python"
+    purelib = subprocess.run(
+        [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        check=True, capture_output=True, text=True,
+    ).stdout.strip()  # fmt: skip
+    Path(purelib, "deps-from-test-env.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    subprocess.run(
+        [sys.executable, "-m", "pip", "--python", str(python), "install", "--no-deps", "-q", str(ROOT)],
+        check=True, capture_output=True, timeout=300,
+    )  # fmt: skip
+    env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "PYTHONPATH")}
+    where = subprocess.run(
+        [str(python), "-c", "import langgraph_deterministic as m; print(m.__file__)"],
+        check=True, capture_output=True, text=True, cwd=tmp_path, env=env,
+    ).stdout.strip()  # fmt: skip
+    assert where.startswith(purelib), where  # the installed copy, not this checkout's src/
+    demo = subprocess.run(
+        [str(target / "bin" / "langgraph-deterministic"), "demo"],
+        capture_output=True, text=True, cwd=tmp_path, env=env, timeout=300,
+    )  # fmt: skip
+    assert demo.returncode == 0, demo.stdout + demo.stderr
+    assert demo.stdout.startswith("Scenario: ")
+    assert "one user message, one refund, thread finished" in demo.stdout

@@ -11,6 +11,8 @@ from langgraph_deterministic.errors import (
     IncompatibleLangGraphError,
     IncompatibleRestateError,
     JournalClosedError,
+    JournaledOpError,
+    JournalLimitError,
     MigrationError,
     MigrationLockTimeoutError,
     NondeterminismError,
@@ -23,7 +25,13 @@ from langgraph_deterministic.errors import (
     SerializationError,
     ThreadBusyError,
 )
-from langgraph_deterministic.runner import DeterministicRunner, durable
+from langgraph_deterministic.runner import (
+    DeterministicRunner,
+    PostgresJournal,
+    durable,
+    durable_sync,
+    idempotency_key,
+)
 
 __all__ = [
     "ConcurrentRunError",
@@ -35,9 +43,12 @@ __all__ = [
     "IncompatibleLangGraphError",
     "IncompatibleRestateError",
     "JournalClosedError",
+    "JournalLimitError",
+    "JournaledOpError",
     "MigrationError",
     "MigrationLockTimeoutError",
     "NondeterminismError",
+    "PostgresJournal",
     "RunIdRequiredError",
     "RunInputMismatchError",
     "RunRecord",
@@ -48,5 +59,7 @@ __all__ = [
     "SerializationError",
     "ThreadBusyError",
     "durable",
+    "durable_sync",
+    "idempotency_key",
     "run_config",
 ]

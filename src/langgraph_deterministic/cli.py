@@ -1,12 +1,15 @@
-"""``langgraph-deterministic``: apply migrations, show their status, run the demo.
+"""``langgraph-deterministic``: migrations and their status, the demo, audit and repair.
 
     langgraph-deterministic migrate [--dsn DSN] [--phase pre|post|all] [--dry-run]
                                     [--lock-timeout SECONDS] [--lock-retries N]
     langgraph-deterministic status  [--dsn DSN]
     langgraph-deterministic demo    [--dsn DSN]
+    langgraph-deterministic audit   [--dsn DSN] [--json] [--thread ID] [--since TIME]
+    langgraph-deterministic repair  [--dsn DSN] [--apply]
 
 The DSN defaults to $DATABASE_URL. Exit codes: 0 success, 1 the command failed (e.g. a
-migration could not get its lock), 2 usage or connection error.
+migration could not get its lock; for audit: damage found; for repair: something to
+repair, or a thread refused), 2 usage or connection error.
 """
 
 from __future__ import annotations
@@ -149,10 +152,31 @@ def _add_demo(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 def _cmd_demo(args: argparse.Namespace) -> int:
     from langgraph_deterministic.demo import main as demo_main
 
-    return int(demo_main(args.dsn))
+    return int(demo_main(args.dsn or os.environ.get("DATABASE_URL")))
 
 
-_COMMANDS = {"migrate": _cmd_migrate, "status": _cmd_status, "demo": _cmd_demo}
+# --- audit / repair (langgraph_deterministic.ops) -----------------------------------
+
+
+def _cmd_ops(args: argparse.Namespace) -> int:
+    """audit/repair keep exit code 1 for "damage found", so every error is 2 here."""
+    from langgraph_deterministic.ops import _cli as ops_cli
+
+    try:
+        run = ops_cli.run_audit if args.command == "audit" else ops_cli.run_repair
+        return run(args, _dsn(args))
+    except DeterministicError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+
+
+_COMMANDS = {
+    "migrate": _cmd_migrate,
+    "status": _cmd_status,
+    "demo": _cmd_demo,
+    "audit": _cmd_ops,
+    "repair": _cmd_ops,
+}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -165,6 +189,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     _add_migrate(sub)
     _add_status(sub)
     _add_demo(sub)
+    from langgraph_deterministic.ops import _cli as ops_cli
+
+    ops_cli.add_parsers(sub)
     try:
         args = parser.parse_args(argv)
     except SystemExit as exc:  # argparse: --help (0) or a usage error (2)

@@ -100,6 +100,18 @@ class RunUnfinishedError(DeterministicError):
     before, ``langgraph-deterministic audit`` / ``repair``."""
 
 
+class JournalLimitError(DeterministicError, ValueError):
+    """A durable op's result is larger than the journal accepts (``max_result_bytes``).
+    Nothing was stored; the op runs again on a retry. Fix: return a reference (an object
+    key, a row id) instead of the payload, or raise the limit."""
+
+
+class JournaledOpError(DeterministicError, RuntimeError):
+    """A durable op's terminal failure, replayed from the journal, whose exception type
+    could not be rebuilt (not importable, or its constructor needs other arguments). The
+    message is the original one, prefixed with the original type."""
+
+
 __all__ = [
     "ConcurrentRunError",
     "ConfigurationError",
@@ -108,6 +120,8 @@ __all__ = [
     "IncompatibleLangGraphError",
     "IncompatibleRestateError",
     "JournalClosedError",
+    "JournalLimitError",
+    "JournaledOpError",
     "MigrationError",
     "MigrationLockTimeoutError",
     "NondeterminismError",

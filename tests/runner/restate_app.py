@@ -374,6 +374,42 @@ def agent_graph() -> Any:
     return g.compile()
 
 
+def durable_agent_graph() -> Any:
+    """The "agent" shape with DurableMiddleware (ops through durable()) instead of
+    RestateMiddleware, and tools that do their side effect directly."""
+    from langgraph_deterministic.runner import DurableMiddleware
+
+    def plain(name: str) -> Any:
+        async def run(city: str) -> str:
+            await jitter()
+            return await effect(f"tool.{name}.{city}", _REQ["current"])
+
+        run.__name__ = name
+        run.__doc__ = f"The {name} of a city."
+        return tool(run)
+
+    agent = create_agent(
+        ScriptedChatModel(),
+        tools=[plain("weather"), plain("population"), plain("timezone")],
+        middleware=[DurableMiddleware()],
+    )
+
+    async def ask(state: FanState) -> FanState:
+        out = await agent.ainvoke({"messages": [HumanMessage("paris")]})
+        return {"results": [str(out["messages"][-1].content)]}
+
+    async def side(state: FanState) -> FanState:
+        await jitter()
+        return {"results": [await durable("side", effect, "side", state["req"])]}
+
+    g = StateGraph(FanState)
+    g.add_node("ask", ask)
+    g.add_node("side", side)
+    g.add_edge(START, "ask")
+    g.add_edge(START, "side")
+    return g.compile()
+
+
 def agents_graph() -> Any:
     """Two create_agent agents (RestateMiddleware, three parallel tool calls each) in
     parallel nodes: the middleware keeps per-turn state on the shared Restate context."""
@@ -629,6 +665,7 @@ GRAPHS = {
     "nested": nested_graph,
     "gather": gather_graph,
     "agent": agent_graph,
+    "durable_agent": durable_agent_graph,
     "combinators": combinators_graph,
     "fanout_ctx": fanout_ctx_graph,
     "agents": agents_graph,
@@ -665,7 +702,7 @@ def _register_shape(shape: str) -> None:
 
 
 for _shape in ("fanout", "mapreduce", "nested", "gather", "combinators", "agent", "agents",
-               "fanout_ctx", "sleepy", "rawctx", "select", "racing"):  # fmt: skip
+               "fanout_ctx", "sleepy", "rawctx", "select", "racing", "durable_agent"):  # fmt: skip
     _register_shape(_shape)
 
 

@@ -90,6 +90,11 @@ SHAPES: dict[str, dict[str, Any]] = {
         "results": sorted(["side:ok", " / ".join(f"{t}:ok" for t in TOOLS)]),
         "summary": None,
     },
+    "durable_agent": {  # DurableMiddleware on RestateJournal
+        "effects": ["side", *TOOLS],
+        "results": sorted(["side:ok", " / ".join(f"{t}:ok" for t in TOOLS)]),
+        "summary": None,
+    },
 }
 
 

@@ -266,3 +266,40 @@ async def test_identical_names_in_a_fixed_order_and_distinct_names_pass() -> Non
     assert out["results"] == ["1", "2", "http://a/x", "http://b/x", "3"]
     again = await runner_on(store).ainvoke(parallel({"n": node}).compile(), {})
     assert again["results"] == out["results"]
+
+
+async def test_idempotency_key_on_an_ordered_journal_is_stable_across_replay() -> None:
+    from langgraph_deterministic.runner import idempotency_key
+
+    keys: list[str] = []
+
+    def pay() -> str:
+        keys.append(idempotency_key())
+        return keys[-1]
+
+    async def node(state: S) -> S:
+        return {"results": [await durable("pay", pay), await durable("pay", pay)]}
+
+    async def other(state: S) -> S:
+        return {"results": [await durable("pay", pay)]}
+
+    store = Store()
+    graph = parallel({"a": node, "b": other}).compile()
+    out = await runner_on(store).ainvoke(graph, {})
+    assert len(set(keys)) == 3 and sorted(out["results"]) == sorted(keys)
+    replayed = await runner_on(store).ainvoke(graph, {})
+    assert sorted(replayed["results"]) == sorted(keys) and len(keys) == 3
+
+
+async def test_durable_sync_is_refused_on_an_ordered_journal() -> None:
+    from langgraph_deterministic.errors import ConfigurationError
+    from langgraph_deterministic.runner import durable_sync
+
+    async def node(state: S) -> S:
+        return {"results": [durable_sync("x", lambda: "x")]}
+
+    async def other(state: S) -> S:
+        return {"results": []}
+
+    with pytest.raises(ConfigurationError, match="ordered journal"):
+        await runner_on(Store()).ainvoke(parallel({"a": node, "b": other}).compile(), {})

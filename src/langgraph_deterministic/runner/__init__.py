@@ -1,24 +1,45 @@
-"""Deterministic superstep execution (see docs/deterministic-replay-on-restate.md).
+"""Durable ops inside LangGraph nodes (see docs/deterministic-replay-on-restate.md and
+docs/durable-ops-without-restate.md).
 
 ``DeterministicRunner(journal=RestateJournal(ctx))`` runs a LangGraph graph inside a
-Restate handler so that durable ops made by parallel nodes replay deterministically.
-``restate-sdk`` is optional: it is imported only when a ``RestateJournal`` is built.
+Restate handler so that durable ops made by parallel nodes replay deterministically;
+``DeterministicRunner(journal=PostgresJournal(saver))`` journals them in Postgres, next to
+the checkpoints, with no external engine. ``restate-sdk`` is optional: it is imported only
+when a ``RestateJournal`` is built; ``langchain`` only when ``DurableMiddleware`` is used.
 """
 
-from ._context import durable
+from typing import Any
+
+from ._context import durable, durable_sync, idempotency_key
 from ._ordering import JournalBackend, JournalClosedError, NondeterminismError, OpScheduler
+from ._postgres import JournalStats, PostgresJournal
 from ._restate import IncompatibleRestateError, RestateJournal
-from ._runner import SUPPORTED_LANGGRAPH, DeterministicRunner, Journal
+from ._runner import SUPPORTED_LANGGRAPH, DeterministicRunner, Journal, KeyedJournal
+
+
+def __getattr__(name: str) -> Any:
+    if name == "DurableMiddleware":  # needs langchain (create_agent's package)
+        from ._middleware import DurableMiddleware
+
+        return DurableMiddleware
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = [
     "SUPPORTED_LANGGRAPH",
     "DeterministicRunner",
+    "DurableMiddleware",
     "IncompatibleRestateError",
     "Journal",
     "JournalBackend",
     "JournalClosedError",
+    "JournalStats",
+    "KeyedJournal",
     "NondeterminismError",
     "OpScheduler",
+    "PostgresJournal",
     "RestateJournal",
     "durable",
+    "durable_sync",
+    "idempotency_key",
 ]

@@ -22,13 +22,23 @@ import inspect
 from collections.abc import Awaitable, Callable
 from contextvars import ContextVar
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from langchain_core.runnables.config import var_child_runnable_config
 
 from ._ordering import NondeterminismError, OpScheduler
 
 T = TypeVar("T")
+
+
+class KeyedSession(Protocol):
+    """One run of a keyed journal: ops are addressed by key, so they need no ordering."""
+
+    async def arun_op(self, name: str, fn: Callable[..., Any], args: tuple[Any, ...],
+                      kwargs: dict[str, Any]) -> Any: ...  # fmt: skip
+
+    def run_op(self, name: str, fn: Callable[..., Any], args: tuple[Any, ...],
+               kwargs: dict[str, Any]) -> Any: ...  # fmt: skip
 
 
 @dataclass
@@ -61,6 +71,10 @@ class SleepSpec:
 
 
 _SCHEDULER: ContextVar[OpScheduler[Any] | None] = ContextVar("lgd_scheduler", default=None)
+# A keyed journal's session (PostgresJournal): ops go straight to it, no ordering needed.
+_KEYED: ContextVar[KeyedSession | None] = ContextVar("lgd_keyed_session", default=None)
+# The idempotency key of the op whose function is running (see idempotency_key()).
+_IDEMPOTENCY_KEY: ContextVar[str | None] = ContextVar("lgd_idempotency_key", default=None)
 _SCOPE: ContextVar[TaskScope | None] = ContextVar("lgd_task_scope", default=None)
 # Set while a journal executes an op's function: durable ops may not nest.
 IN_OP: ContextVar[str | None] = ContextVar("lgd_in_op", default=None)
@@ -158,6 +172,12 @@ async def durable(name: str, fn: Callable[..., T] | Callable[..., Awaitable[T]],
     ``name`` must be stable across executions; concurrent ops in one task need distinct
     names (``durable(f"fetch:{url}", fetch, url)``).
     """
+    session = _KEYED.get()
+    if session is not None:
+        keyed: T = await session.arun_op(name, fn, args, kwargs)
+        return keyed
+    if _SCHEDULER.get() is not None:
+        fn = _with_idempotency_key(fn, name)
     fut = request(RunSpec(name, fn, args, kwargs, None, contextvars.copy_context()), name)
     if fut is None:
         result = fn(*args, **kwargs)
@@ -171,4 +191,105 @@ async def durable(name: str, fn: Callable[..., T] | Callable[..., Awaitable[T]],
 
 _DURABLE_CODE = durable.__code__
 
-__all__ = ["RunSpec", "SleepSpec", "TaskScope", "current_scheduler", "durable", "op_key"]
+
+def durable_sync(name: str, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+    """:func:`durable` for sync nodes (``runner.invoke`` / ``runner.stream``).
+
+    Under a keyed journal (``PostgresJournal``) the op is journaled like ``durable``'s;
+    outside a runner ``fn`` is simply called. The ordered (Restate) journal runs async
+    handlers only: there, use ``await durable(...)`` in async nodes.
+    """
+    session = _KEYED.get()
+    if session is not None:
+        value: T = session.run_op(name, fn, args, kwargs)
+        return value
+    if _SCHEDULER.get() is not None:
+        from langgraph_deterministic.errors import ConfigurationError
+
+        raise ConfigurationError(
+            f"durable_sync({name!r}) was called in a run on an ordered journal (Restate), "
+            "which journals ops from async code only. Fix: make the node async and use "
+            f"await durable({name!r}, ...)."
+        )
+    return fn(*args, **kwargs)
+
+
+def idempotency_key() -> str:
+    """The stable idempotency key of the durable op whose function is running.
+
+    The same on every execution of the op (a retry in another process included) and
+    different for every other op: pass it to APIs that deduplicate requests (a payment
+    provider's ``Idempotency-Key``), so an op re-run after a crash acts once.
+    """
+    key = _IDEMPOTENCY_KEY.get()
+    if key is None:
+        from langgraph_deterministic.errors import ConfigurationError
+
+        raise ConfigurationError(
+            "idempotency_key() was called outside a durable op's function. Fix: call it "
+            "inside the function you pass to durable(name, fn, ...) / durable_sync(...)."
+        )
+    return key
+
+
+def make_idempotency_key(*parts: str) -> str:
+    """``lgd-`` and 32 hex digits of a hash of ``parts``: short enough for any API."""
+    import hashlib
+
+    digest = hashlib.sha256("\x00".join(parts).encode("utf-8")).hexdigest()
+    return f"lgd-{digest[:32]}"
+
+
+def _with_idempotency_key(fn: Callable[..., Any], name: str) -> Callable[..., Any]:
+    """On an ordered journal: run ``fn`` with the key of the op that is being created."""
+    scope = _SCOPE.get()
+    counters = scope.counters if scope is not None else {}
+    inner = _innermost_node()
+    local = f"{inner}:{name}" if inner else name
+    key = f"{scope.key if scope else 'run'}/{local}#{counters.get(local, 0)}"
+    sched = _SCHEDULER.get()
+    idem = make_idempotency_key(getattr(sched, "idempotency_scope", "") or "", key)
+
+    if inspect.iscoroutinefunction(fn):
+
+        async def run_async(*a: Any, **kw: Any) -> Any:
+            token = _IDEMPOTENCY_KEY.set(idem)
+            try:
+                return await fn(*a, **kw)
+            finally:
+                _IDEMPOTENCY_KEY.reset(token)
+
+        return run_async
+
+    def run(*a: Any, **kw: Any) -> Any:
+        token = _IDEMPOTENCY_KEY.set(idem)
+        try:
+            result = fn(*a, **kw)
+        finally:
+            _IDEMPOTENCY_KEY.reset(token)
+        if inspect.iscoroutine(result):
+            return _awaited_with_key(result, idem)
+        return result
+
+    return run
+
+
+async def _awaited_with_key(coro: Awaitable[Any], idem: str) -> Any:
+    token = _IDEMPOTENCY_KEY.set(idem)
+    try:
+        return await coro
+    finally:
+        _IDEMPOTENCY_KEY.reset(token)
+
+
+__all__ = [
+    "KeyedSession",
+    "RunSpec",
+    "SleepSpec",
+    "TaskScope",
+    "current_scheduler",
+    "durable",
+    "durable_sync",
+    "idempotency_key",
+    "op_key",
+]

@@ -133,6 +133,9 @@ class OpScheduler(Generic[H]):
         self._is_timer: Any = is_timer if callable(is_timer) else (lambda _h: False)
         self._fired: list[H] = []  # timers that fired, not yet in a decision
         self._witnessed: set[str] = set()  # timers a decision listed: may be taken
+        #: what makes op keys unique beyond one run (e.g. Restate's invocation id), for
+        #: idempotency_key()
+        self.idempotency_scope = ""
 
     # -- node-task side -------------------------------------------------------------------
 

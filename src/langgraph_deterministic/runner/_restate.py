@@ -487,6 +487,10 @@ class RestateJournal:
         self._route = route_restate_context
         self._backend: _RestateBackend | None = None
 
+    def idempotency_scope(self) -> str:
+        """The invocation id: op keys repeat across invocations, idempotency keys must not."""
+        return str(self._ctx.request().id)
+
     def open_backend(self) -> _RestateBackend:
         self._backend = _RestateBackend(self._ctx)
         return self._backend

@@ -18,14 +18,15 @@ from __future__ import annotations
 import asyncio
 import importlib.metadata
 import inspect
-from collections.abc import AsyncIterator, Callable, Coroutine
-from contextlib import AbstractContextManager, asynccontextmanager, nullcontext
+import secrets
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterator
+from contextlib import AbstractContextManager, asynccontextmanager, contextmanager, nullcontext
 from typing import Any, Protocol
 
 from langgraph_deterministic.errors import IncompatibleLangGraphError
 
 from ._checkpointer import journaled_graph
-from ._context import _SCHEDULER, _SCOPE, TaskScope
+from ._context import _KEYED, _SCHEDULER, _SCOPE, KeyedSession, TaskScope
 from ._ordering import JournalBackend, OpScheduler
 
 SUPPORTED_LANGGRAPH = ">=1.2,<1.3"
@@ -33,7 +34,12 @@ _SUBMIT_KEY = "__pregel_runner_submit"
 
 
 class Journal(Protocol):
-    """A durable journal the runner can order ops on (e.g. :class:`RestateJournal`)."""
+    """A durable journal the runner can order ops on (e.g. :class:`RestateJournal`).
+
+    A *keyed* journal (:class:`PostgresJournal`) instead has ``keyed = True`` and
+    ``open_session(attempt)``: it addresses ops by key, so they need no ordering, and the
+    runner only hands it each op (see :class:`KeyedJournal`).
+    """
 
     def open_backend(self) -> JournalBackend[Any]:
         """A fresh backend for one run."""
@@ -42,6 +48,22 @@ class Journal(Protocol):
     def bind(self, scheduler: OpScheduler[Any]) -> AbstractContextManager[None]:
         """Route the journal's own API (e.g. ``restate_context()``) to ``scheduler``."""
         ...
+
+
+class KeyedJournal(Protocol):
+    """A journal that addresses ops by key (``PostgresJournal``): no ordering, no driver."""
+
+    keyed: bool
+
+    def open_session(self, attempt: str | None = None) -> KeyedSession:
+        """A session for one runner call; ``attempt`` names the call's attempt."""
+        ...
+
+
+def _is_keyed(journal: Any) -> bool:
+    return bool(getattr(journal, "keyed", False)) and callable(
+        getattr(journal, "open_session", None)
+    )
 
 
 def _parse_version(v: str) -> tuple[int, ...]:
@@ -184,35 +206,71 @@ class DeterministicRunner:
     after another; each call gets its own driver.
     """
 
-    def __init__(self, journal: Journal, *, replay_stall_timeout: float | None = 60.0) -> None:
+    def __init__(
+        self, journal: Journal | KeyedJournal, *, replay_stall_timeout: float | None = 60.0
+    ) -> None:
         """``replay_stall_timeout``: how long a replay may wait for the op the journal says
         comes next while other ops are waiting, before failing with NondeterminismError
-        (None: wait forever)."""
+        (None: wait forever; ordered journals only)."""
         check_langgraph()
         self._stall_timeout = replay_stall_timeout
-        for attr in ("open_backend", "bind"):
+        self._keyed = _is_keyed(journal)
+        for attr in () if self._keyed else ("open_backend", "bind"):
             if not callable(getattr(journal, attr, None)):
                 from langgraph_deterministic.errors import ConfigurationError
 
                 raise ConfigurationError(
                     f"journal={journal!r} has no {attr}(). Fix: pass a journal such as "
-                    "langgraph_deterministic.runner.RestateJournal(ctx)."
+                    "langgraph_deterministic.runner.RestateJournal(ctx) or "
+                    "PostgresJournal(saver)."
                 )
-        self._journal = journal
+        self._journal: Any = journal
         self.last_stats: Any = None
 
-    @asynccontextmanager
-    async def _session(self, config: Any) -> AsyncIterator[dict[str, Any]]:
-        if _SCHEDULER.get() is not None:
+    @contextmanager
+    def _keyed_session(self, config: Any) -> Iterator[dict[str, Any]]:
+        """A run on a keyed journal: LangGraph runs the graph as usual; ``durable()`` finds
+        the session in a context variable (LangGraph copies the context into the threads
+        and tasks it runs nodes in)."""
+        self._refuse_nesting()
+        from langgraph_deterministic.checkpointer.contract import ATTEMPT_KEY
+
+        attempt = secrets.token_hex(16)  # not uuid4: code under test patches it
+        session = self._journal.open_session(attempt)
+        self.last_stats = getattr(session, "stats", None)
+        cfg: dict[str, Any] = dict(config or {})
+        # The saver hands this attempt token to the graph run (instead of minting one), so
+        # the journal's fencing and the checkpoints' fencing name the same attempt.
+        cfg["configurable"] = {**(cfg.get("configurable") or {}), ATTEMPT_KEY: attempt}
+        token = _KEYED.set(session)
+        try:
+            yield cfg
+        finally:
+            _KEYED.reset(token)
+
+    @staticmethod
+    def _refuse_nesting() -> None:
+        if _SCHEDULER.get() is not None or _KEYED.get() is not None:
             from langgraph_deterministic.errors import ConfigurationError
 
             raise ConfigurationError(
                 "DeterministicRunner runs cannot nest: a node is already running under one. "
                 "Fix: call the inner graph directly (subgraphs are ordered by the outer run)."
             )
+
+    @asynccontextmanager
+    async def _session(self, config: Any) -> AsyncIterator[dict[str, Any]]:
+        if self._keyed:
+            with self._keyed_session(config) as keyed_cfg:
+                yield keyed_cfg
+            return
+        self._refuse_nesting()
         backend = self._journal.open_backend()
         scheduler: OpScheduler[Any] = OpScheduler(backend, stall_timeout=self._stall_timeout)
         self.last_stats = scheduler.stats
+        scope = getattr(self._journal, "idempotency_scope", None)
+        if callable(scope):
+            scheduler.idempotency_scope = str(scope())
         root = _SubmitScope("run")
         cfg: dict[str, Any] = dict(config or {})
         cfg["configurable"] = {**(cfg.get("configurable") or {}), _SUBMIT_KEY: root.get_submit}
@@ -255,6 +313,15 @@ class DeterministicRunner:
                             "results (see docs/deterministic-replay-on-restate.md)."
                         )
 
+    def _pinned(self, graph: Any) -> tuple[Any, Any]:
+        """On an ordered journal (Restate), the graph with its DeterministicSaver pinned to
+        the run's start and its writes committed once (``_checkpointer``). A keyed journal
+        (PostgresJournal) needs no pinning: its ops are keyed by the tasks of the checkpoints
+        the saver writes as usual, and a retry must find those checkpoints."""
+        if self._keyed:
+            return graph, None
+        return journaled_graph(graph)
+
     async def ainvoke(self, graph: Any, input: Any, config: Any = None, **kwargs: Any) -> Any:
         """``graph.ainvoke(input, config, **kwargs)`` with ordered durable ops.
 
@@ -262,7 +329,7 @@ class DeterministicRunner:
         from the checkpoint the first one started from, and stores the run's checkpoints
         once, when it returns (see ``_checkpointer``)."""
         async with self._session(config) as cfg:
-            run_graph, store = journaled_graph(graph)
+            run_graph, store = self._pinned(graph)
             if store is None:
                 return await graph.ainvoke(input, cfg, **kwargs)
             try:
@@ -284,7 +351,7 @@ class DeterministicRunner:
         With a ``DeterministicSaver`` the run's checkpoints are stored once the stream is
         exhausted (or the graph raised); a stream abandoned early stores nothing."""
         async with self._session(config) as cfg:
-            run_graph, store = journaled_graph(graph)
+            run_graph, store = self._pinned(graph)
             try:
                 try:
                     async for chunk in run_graph.astream(input, cfg, **kwargs):
@@ -299,5 +366,34 @@ class DeterministicRunner:
                 if store is not None:
                     store.close()
 
+    def _sync_session(self, config: Any) -> AbstractContextManager[dict[str, Any]]:
+        if not self._keyed:
+            from langgraph_deterministic.errors import ConfigurationError
 
-__all__ = ["SUPPORTED_LANGGRAPH", "DeterministicRunner", "Journal", "check_langgraph", "task_key"]
+            raise ConfigurationError(
+                f"runner.invoke()/stream() need a keyed journal such as PostgresJournal; "
+                f"{type(self._journal).__name__} orders ops inside an async handler. Fix: "
+                "await runner.ainvoke(...) / async for ... in runner.astream(...)."
+            )
+        return self._keyed_session(config)
+
+    def invoke(self, graph: Any, input: Any, config: Any = None, **kwargs: Any) -> Any:
+        """``graph.invoke(input, config, **kwargs)`` with journaled durable ops (sync nodes
+        call ``durable_sync``). Keyed journals (``PostgresJournal``) only."""
+        with self._sync_session(config) as cfg:
+            return graph.invoke(input, cfg, **kwargs)
+
+    def stream(self, graph: Any, input: Any, config: Any = None, **kwargs: Any) -> Iterator[Any]:
+        """``graph.stream(input, config, **kwargs)`` (any ``stream_mode``) with journaled ops."""
+        with self._sync_session(config) as cfg:
+            yield from graph.stream(input, cfg, **kwargs)
+
+
+__all__ = [
+    "SUPPORTED_LANGGRAPH",
+    "DeterministicRunner",
+    "Journal",
+    "KeyedJournal",
+    "check_langgraph",
+    "task_key",
+]

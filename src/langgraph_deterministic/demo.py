@@ -1,4 +1,4 @@
-"""The demo: a worker is SIGKILLed in the middle of a tool call and the job is retried.
+"""``langgraph-deterministic demo``: a worker is SIGKILLed mid-tool and the job is retried.
 
 Two deployments run the same support agent on one Postgres:
 
@@ -10,7 +10,7 @@ refund tool runs, and a second process retries. The "model" checks the conversat
 way chat-completion providers do (every tool call must be answered before the next user
 turn) and answers HTTP 400 otherwise.
 
-    python examples/demo.py            # embedded Postgres unless DATABASE_URL is set
+    langgraph-deterministic demo             # embedded Postgres unless --dsn / DATABASE_URL
 """
 
 from __future__ import annotations
@@ -21,17 +21,15 @@ import os
 import signal
 import subprocess
 import sys
-from pathlib import Path
 from typing import Annotated, Any, TypedDict
 
 import psycopg
 from langchain_core.messages import AIMessage, AnyMessage, HumanMessage, ToolMessage
+from langchain_core.runnables import RunnableConfig
 from langchain_core.tools import tool
 from langgraph.graph import END, START, StateGraph
 from langgraph.graph.message import add_messages
 from langgraph.prebuilt import ToolNode
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
 from langgraph_deterministic import DeterministicSaver, run_config
 from langgraph_deterministic.embedded import (
@@ -40,12 +38,20 @@ from langgraph_deterministic.embedded import (
     drop_database,
     ensure_database_url,
 )
+from langgraph_deterministic.errors import DeterministicError
 
 CRASH_FLAG = "LGD_DEMO_CRASH_IN_TOOL"
+SCENARIO = (
+    "Scenario: a support agent's refund tool is running when its worker process is "
+    "SIGKILLed; the queue retries the job twice. Once on langgraph's PostgresSaver, retried "
+    "as queues do (same input, no run id), once on DeterministicSaver (same run_config). "
+    "Same graph, same Postgres, real processes."
+)
 
 
-class ProviderError(Exception):
-    """What a provider answers to a malformed conversation (HTTP 400)."""
+class ProviderError(DeterministicError):
+    """The demo model's stand-in for what a provider answers to a malformed conversation
+    (HTTP 400). Fix: answer every tool call before the next turn (see ``repair``)."""
 
 
 class State(TypedDict):
@@ -61,17 +67,20 @@ def _side_effects_table(dsn: str) -> None:
 
 def model(messages: list[AnyMessage]) -> AIMessage:
     """A deterministic stand-in for a chat model that validates like a real provider."""
+    # As OpenAI and Anthropic do: an AIMessage's tool calls must all be answered by the
+    # ToolMessages right after it, before any other message.
     pending: set[str] = set()
     for message in messages:
-        if isinstance(message, AIMessage):
-            pending = {c["id"] for c in message.tool_calls if c["id"]}
-        elif isinstance(message, ToolMessage):
+        if isinstance(message, ToolMessage):
             pending.discard(message.tool_call_id)
-        elif isinstance(message, HumanMessage) and pending:
+            continue
+        if pending:
             raise ProviderError(
                 "400 Bad Request: tool_use ids were found without tool_result blocks "
                 f"immediately after: {sorted(pending)}"
             )
+        if isinstance(message, AIMessage):
+            pending = {c["id"] for c in message.tool_calls if c["id"]}
     last = messages[-1]
     if isinstance(last, HumanMessage):
         return AIMessage(
@@ -126,7 +135,7 @@ def worker(deployment: str, dsn: str) -> None:
 
         with PostgresSaver.from_conn_string(dsn) as saver:
             app = build(deployment).compile(checkpointer=saver)
-            config = {"configurable": {"thread_id": f"ticket-42-{deployment}"}}
+            config: RunnableConfig = {"configurable": {"thread_id": f"ticket-42-{deployment}"}}
             result = app.invoke(job_input, config, durability="sync")
     print(json.dumps({"answer": result["messages"][-1].content}))
 
@@ -134,7 +143,15 @@ def worker(deployment: str, dsn: str) -> None:
 def attempt(deployment: str, dsn: str, crash: bool) -> tuple[int, str]:
     env = {**os.environ, "LGD_DEMO_DSN": dsn, CRASH_FLAG: "1" if crash else "0"}
     proc = subprocess.run(
-        [sys.executable, __file__, "--worker", deployment, "--dsn", dsn],
+        [
+            sys.executable,
+            "-m",
+            "langgraph_deterministic.demo",
+            "--worker",
+            deployment,
+            "--dsn",
+            dsn,
+        ],
         env=env,
         capture_output=True,
         text=True,
@@ -180,6 +197,7 @@ def report(deployment: str, dsn: str) -> dict[str, Any]:
 
 
 def run_demo(dsn: str) -> int:
+    print(SCENARIO)
     _side_effects_table(dsn)
     with DeterministicSaver(dsn) as saver:
         saver.setup()
@@ -213,25 +231,30 @@ def run_demo(dsn: str) -> int:
     return 0 if ok else 1
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument("--worker", choices=["postgres-saver", "deterministic"])
-    parser.add_argument("--dsn")
-    args = parser.parse_args()
-    if args.worker:
-        worker(args.worker, args.dsn)
-        return 0
-    url, server = ensure_database_url()
-    dsn = create_database(url, prefix="lgd_demo")
+def main(dsn: str | None = None) -> int:
+    """Run the demo on ``dsn`` (else $DATABASE_URL, else an embedded Postgres) in a
+    scratch database that is dropped afterwards."""
+    if dsn:
+        url, server = dsn, None
+    else:
+        url, server = ensure_database_url()
+    scratch = create_database(url, prefix="lgd_demo")
     try:
-        return run_demo(dsn)
+        return run_demo(scratch)
     finally:
-        drop_database(url, database_name(dsn))
+        drop_database(url, database_name(scratch))
         if server is not None:
             server.stop()
 
 
+def _worker_main() -> int:
+    parser = argparse.ArgumentParser(description="one attempt of the demo's job")
+    parser.add_argument("--worker", choices=["postgres-saver", "deterministic"], required=True)
+    parser.add_argument("--dsn", required=True)
+    args = parser.parse_args()
+    worker(args.worker, args.dsn)
+    return 0
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(_worker_main())

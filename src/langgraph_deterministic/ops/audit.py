@@ -1,0 +1,521 @@
+"""``langgraph-deterministic audit``: find the threads that retries have already damaged.
+
+A read-only scan of the checkpoint tables of langgraph-checkpoint-postgres (and of our
+ledger, ``lgd_runs``, when it exists). It walks the threads in ranges of about
+``batch_rows`` checkpoints, one short autocommit statement per range under a bounded
+``statement_timeout`` (a range that hits it is split and retried), so it holds no snapshot
+for long and takes no lock a live worker could wait for.
+
+Everything is decided in SQL from the checkpoints' JSON metadata, except two things that
+need LangGraph's serde: the head's messages (decoded only when the blob holds a tool call)
+and the inputs of the rare input checkpoints applied on an unfinished step. Decoding runs
+in a second thread while Postgres scans the next range.
+
+Fault classes (:data:`FAULTS`); all but ``no_run_id`` count as damage:
+
+``no_run_id`` (risk)
+    The head checkpoint carries no ``run_id``: a retry of the call that wrote it applies its
+    input again. Not damage by itself; adopt ``run_config`` to remove the risk.
+``reapplied_input``
+    An input was applied on top of an unfinished step, and it was the same input as the
+    previous one (same or no run id): a retry re-applied it.
+``unfinished_step``
+    The head has a step left to run, no interrupt is waiting for an answer, and nothing has
+    written to the thread for ``idle``: the worker died and nobody retried.
+``unanswered_tool_call``
+    An AIMessage's tool call has no ToolMessage, and the conversation went on after it (or
+    the thread ended there): every chat provider refuses such a history (HTTP 400).
+``forked_history``
+    Two checkpoints written by graph runs (source ``loop``/``input``) continue the same
+    checkpoint: two attempts of a run ran at once (a zombie and its retry). Forks made on
+    purpose (``update_state``/time travel: source ``update``/``fork``) are not reported.
+``unfinished_run``
+    The ledger shows a run as running while its thread has been idle on an unfinished step.
+
+Threads whose id starts with ``lgd-backup:`` (the copies ``repair`` keeps) are skipped;
+faults recorded before a thread's last repair checkpoint are not reported again.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, timedelta
+from typing import Any, Final, Literal
+
+import psycopg
+from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
+from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
+
+from langgraph_deterministic.errors import (
+    DatabaseUnavailableError,
+    DeterministicError,
+    SchemaNotReadyError,
+)
+from langgraph_deterministic.ops import DEFAULT_IDLE, STATEMENT_TIMEOUT_MS, queries
+
+Severity = Literal["risk", "damage"]
+
+
+@dataclass(frozen=True, slots=True)
+class FaultClass:
+    name: str
+    severity: Severity
+    meaning: str
+    fix: str
+
+
+FAULTS: Final[dict[str, FaultClass]] = {
+    f.name: f
+    for f in (
+        FaultClass(
+            "no_run_id", "risk",
+            "the head checkpoint has no run_id: a retry would apply its input again",
+            "call the graph with run_config(thread_id, run_id) (nothing to repair)",
+        ),
+        FaultClass(
+            "reapplied_input", "damage",
+            "the same input was applied again on top of an unfinished step (a retry)",
+            "repair removes the duplicate input messages",
+        ),
+        FaultClass(
+            "unfinished_step", "damage",
+            "the head has a step left to run and the thread has been idle",
+            "retry the run with its run id, or repair closes the step",
+        ),
+        FaultClass(
+            "unanswered_tool_call", "damage",
+            "a tool call has no ToolMessage and the conversation went on (provider 400)",
+            "repair answers it with an explicit 'tool result unknown' ToolMessage",
+        ),
+        FaultClass(
+            "forked_history", "damage",
+            "two graph runs continued the same checkpoint (a zombie and its retry)",
+            "repair moves the branch that is not the head to a backup thread",
+        ),
+        FaultClass(
+            "unfinished_run", "damage",
+            "the ledger shows a run as running on a thread idle on an unfinished step",
+            "retry the run with its run id, or repair closes it",
+        ),
+    )
+}  # fmt: skip
+
+DEFAULT_BATCH_ROWS: Final = 20_000
+_MIN_BATCH_ROWS: Final = 250
+# Every tool call LangChain stores has "type": "tool_call"; msgpack writes that value as the
+# fixstr 0xa9 + "tool_call" ("tool_call_id" and "invalid_tool_calls" are longer strings).
+TOOL_CALL_MARK: Final = b"\xa9tool_call"
+# A tool call as LangChain serialises it ends with ..."id": <str>, "type": "tool_call";
+# a ToolMessage carries "tool_call_id": <str>. msgpack strs: fixstr (0xa0-0xbf) or str8.
+_CALL_TAIL: Final = b"\xa4type" + TOOL_CALL_MARK
+_ANSWER_KEY: Final = b"\xactool_call_id"
+
+
+def _strs_after(blob: bytes, key: bytes) -> Iterator[tuple[bytes, int]]:
+    """(value, end offset) of every msgpack str that follows ``key`` in ``blob``."""
+    at = blob.find(key)
+    while at >= 0:
+        start = at + len(key)
+        tag = blob[start] if start < len(blob) else 0
+        if 0xA0 <= tag <= 0xBF:
+            n, start = tag - 0xA0, start + 1
+        elif tag == 0xD9 and start + 1 < len(blob):
+            n, start = blob[start + 1], start + 2
+        else:
+            n = -1
+        if n >= 0:
+            yield blob[start : start + n], start + n
+        at = blob.find(key, start)
+
+
+def surely_answered(blob: bytes) -> bool:
+    """True when the raw messages blob shows every tool call answered by a ToolMessage,
+    without decoding it (about 100x cheaper than the serde). False means "decode to
+    know": the blob did not have the expected shape, or a call may be unanswered."""
+    calls = blob.count(TOOL_CALL_MARK)
+    ids = [v for v, end in _strs_after(blob, b"\xa2id") if blob.startswith(_CALL_TAIL, end)]
+    if len(ids) != calls:
+        return False
+    answers = {v for v, _ in _strs_after(blob, _ANSWER_KEY)}
+    return all(i in answers for i in ids)
+
+
+@dataclass(frozen=True, slots=True)
+class Finding:
+    thread_id: str
+    fault: str
+    checkpoint_id: str
+    detail: str
+
+    @property
+    def severity(self) -> Severity:
+        return FAULTS[self.fault].severity
+
+
+@dataclass(slots=True)
+class HeadState:
+    """What the scan learnt about a thread's head checkpoint (repair reuses it)."""
+
+    thread_id: str
+    checkpoints: int
+    head_id: str
+    ts: datetime | None
+    run_id: str | None
+    source: str | None
+    pending: bool
+    interrupted: bool
+    idle: bool
+    running_runs: list[str] = field(default_factory=list)
+
+    @property
+    def in_progress(self) -> bool:
+        """A worker may still be running this thread: a step is left and it is recent."""
+        return self.pending and not self.interrupted and not self.idle
+
+
+@dataclass(slots=True)
+class AuditReport:
+    threads: int = 0
+    checkpoints: int = 0
+    active_threads: int = 0
+    seconds: float = 0.0
+    findings: list[Finding] = field(default_factory=list)
+    heads: dict[str, HeadState] = field(default_factory=dict)
+
+    def by_thread(self, severity: Severity | None = None) -> dict[str, list[Finding]]:
+        out: dict[str, list[Finding]] = {}
+        for f in self.findings:
+            if severity is None or f.severity == severity:
+                out.setdefault(f.thread_id, []).append(f)
+        return out
+
+    @property
+    def damaged(self) -> dict[str, list[Finding]]:
+        return self.by_thread("damage")
+
+    def counts(self) -> dict[str, int]:
+        seen: dict[str, set[str]] = {name: set() for name in FAULTS}
+        for f in self.findings:
+            seen[f.fault].add(f.thread_id)
+        return {name: len(threads) for name, threads in seen.items()}
+
+    @property
+    def exit_code(self) -> int:
+        return 1 if self.damaged else 0
+
+    def to_json(self) -> dict[str, Any]:
+        threads = [
+            {
+                "thread_id": thread_id,
+                "faults": sorted({f.fault for f in found}),
+                "findings": [
+                    {k: v for k, v in asdict(f).items() if k != "thread_id"}
+                    | {"severity": f.severity}
+                    for f in found
+                ],
+            }
+            for thread_id, found in sorted(self.by_thread().items())
+        ]
+        return {
+            "clean": not self.damaged,
+            "threads_scanned": self.threads,
+            "checkpoints_scanned": self.checkpoints,
+            "active_threads": self.active_threads,
+            "seconds": round(self.seconds, 3),
+            "counts": self.counts(),
+            "damaged_threads": [t for t in threads if set(t["faults"]) - {"no_run_id"}],
+            "risk_threads": [t for t in threads if t["faults"] == ["no_run_id"]],
+        }
+
+
+class AuditError(DeterministicError):
+    """The audit could not finish a range of threads (the reason and the fix are named)."""
+
+
+# --- messages: shared with repair ---------------------------------------------------
+
+
+def unanswered_calls(messages: Sequence[Any]) -> list[tuple[int, dict[str, Any], bool]]:
+    """Tool calls without a ToolMessage: (index of the AIMessage, call, followed), where
+    ``followed`` says a message other than a ToolMessage came after the AIMessage."""
+    answered = {m.tool_call_id for m in messages if isinstance(m, ToolMessage)}
+    out = []
+    for i, m in enumerate(messages):
+        if isinstance(m, AIMessage) and m.tool_calls:
+            followed = any(not isinstance(n, ToolMessage) for n in messages[i + 1 :])
+            for call in m.tool_calls:
+                if call.get("id") not in answered:
+                    out.append((i, dict(call), followed))
+    return out
+
+
+def normalize(value: Any) -> Any:
+    """An input as a comparable value: messages by type and content (ids differ between
+    attempts: LangGraph assigns them when it applies the input)."""
+    if isinstance(value, BaseMessage):
+        return ("message", value.type, json.dumps(value.content, sort_keys=True, default=str))
+    if isinstance(value, tuple) and len(value) == 2 and isinstance(value[0], str):
+        return ("message", value[0], json.dumps(value[1], sort_keys=True, default=str))
+    if isinstance(value, dict):
+        return tuple(sorted((str(k), normalize(v)) for k, v in value.items()))
+    if isinstance(value, list | tuple):
+        return tuple(normalize(v) for v in value)
+    return repr(value)
+
+
+# --- the scan -----------------------------------------------------------------------
+
+
+def connect(
+    dsn: str, *, statement_timeout_ms: int = STATEMENT_TIMEOUT_MS
+) -> psycopg.Connection[Any]:
+    """An autocommit connection for ops work, with a bounded statement_timeout."""
+    try:
+        return psycopg.connect(
+            dsn,
+            autocommit=True,
+            connect_timeout=10,
+            application_name="langgraph-deterministic ops",
+            options=f"-c statement_timeout={int(statement_timeout_ms)} -c lock_timeout=2000",
+        )
+    except psycopg.OperationalError as exc:
+        raise DatabaseUnavailableError(
+            f"cannot connect to Postgres: {str(exc).strip()}. Fix: pass --dsn (or set "
+            "DATABASE_URL) to the database that holds the checkpoint tables."
+        ) from exc
+
+
+def _check_schema(conn: psycopg.Connection[Any]) -> bool:
+    row = conn.execute(
+        "SELECT to_regclass('checkpoints') IS NOT NULL AND to_regclass('checkpoint_blobs') "
+        "IS NOT NULL AND to_regclass('checkpoint_writes') IS NOT NULL, "
+        "to_regclass('lgd_runs') IS NOT NULL"
+    ).fetchone()
+    assert row is not None
+    if not row[0]:
+        raise SchemaNotReadyError(
+            "this database has no checkpoint tables (checkpoints, checkpoint_blobs, "
+            "checkpoint_writes). Fix: point --dsn / DATABASE_URL at the database your "
+            "PostgresSaver or DeterministicSaver writes to."
+        )
+    return bool(row[1])
+
+
+def estimate_checkpoints(conn: psycopg.Connection[Any]) -> int | None:
+    row = conn.execute(
+        "SELECT reltuples::bigint FROM pg_class WHERE oid = 'checkpoints'::regclass"
+    ).fetchone()
+    return int(row[0]) if row and row[0] and row[0] > 0 else None
+
+
+def _next_bound(conn: psycopg.Connection[Any], lo: str, rows: int) -> str | None:
+    found = conn.execute(queries("audit")["next_bound"], {"lo": lo, "rows": rows}).fetchone()
+    return None if found is None else str(found[0])
+
+
+class _Scanner:
+    def __init__(
+        self,
+        conn: psycopg.Connection[Any],
+        *,
+        now: datetime,
+        idle: timedelta,
+        since: datetime | None,
+        only: str | None,
+        ledger: bool,
+        messages_channel: str,
+        serde: JsonPlusSerializer,
+    ) -> None:
+        self.conn, self.now, self.idle, self.since, self.only = conn, now, idle, since, only
+        self.ledger, self.channel, self.serde = ledger, messages_channel, serde
+
+    def fetch(
+        self, lo: str, hi: str | None
+    ) -> tuple[list[Any], dict[str, list[str]], dict[str, Any]]:
+        params = {
+            "lo": lo, "hi": hi, "only": self.only, "since": self.since,
+            "messages": self.channel, "tool_call": TOOL_CALL_MARK,
+        }  # fmt: skip
+        rows = self.conn.execute(queries("audit")["scan_batch"], params).fetchall()
+        running: dict[str, list[str]] = {}
+        if self.ledger:
+            for thread_id, runs in self.conn.execute(
+                queries("audit")["ledger_running"], {"lo": lo, "hi": hi, "only": self.only}
+            ):
+                running[thread_id] = list(runs)
+        inputs: dict[str, Any] = {}
+        for row in rows:
+            pairs = [p for p in (row[9] or ()) if p[1] is not None]
+            if pairs:
+                ids = sorted({i for p in pairs for i in p})
+                inputs[row[0]] = (
+                    pairs,
+                    {
+                        r[0]: r[1:]
+                        for r in self.conn.execute(
+                            queries("audit")["input_writes"], {"thread_id": row[0], "ids": ids}
+                        )
+                    },
+                )
+        return rows, running, inputs
+
+    def analyse(
+        self, rows: list[Any], running: dict[str, list[str]], inputs: dict[str, Any]
+    ) -> tuple[list[Finding], list[HeadState], int]:
+        findings: list[Finding] = []
+        heads: list[HeadState] = []
+        checkpoints = 0
+        for row in rows:
+            (thread_id, n, head_id, ts, run_id, source, pending, interrupted,
+             fork_parents, _pairs, msg_type, msg_blob) = row  # fmt: skip
+            checkpoints += n
+            when = _parse_ts(ts)
+            idle = when is None or self.now - when >= self.idle
+            head = HeadState(
+                thread_id,
+                n,
+                head_id,
+                when,
+                run_id,
+                source,
+                bool(pending),
+                bool(interrupted),
+                idle,
+                running.get(thread_id, []),
+            )
+            heads.append(head)
+
+            def add(fault: str, detail: str, at: str = head_id, tid: str = thread_id) -> None:
+                findings.append(Finding(tid, fault, at, detail))
+
+            if run_id is None:
+                add("no_run_id", f"head checkpoint written by a call without run id ({source})")
+            stuck = head.pending and not head.interrupted and head.idle
+            if stuck:
+                add("unfinished_step", f"a step is left to run; last write {ts}")
+                if head.running_runs:
+                    add("unfinished_run", "ledger: running: " + ", ".join(head.running_runs))
+            for parent in fork_parents or ():
+                add("forked_history", "two graph runs continued this checkpoint", parent)
+            if thread_id in inputs:
+                pairs, writes = inputs[thread_id]
+                for later, earlier in pairs:
+                    if self._same_input(writes.get(later), writes.get(earlier)):
+                        add("reapplied_input", f"same input as checkpoint {earlier}", later)
+            if msg_blob is not None and not surely_answered(msg_blob):
+                messages = self.serde.loads_typed((msg_type, msg_blob))
+                if isinstance(messages, list):
+                    for _, call, followed in unanswered_calls(messages):
+                        if followed or not head.pending:
+                            add(
+                                "unanswered_tool_call",
+                                f"tool call {call.get('id')} ({call.get('name')}) has no result",
+                            )
+        return findings, heads, checkpoints
+
+    def _same_input(self, a: Any, b: Any) -> bool:
+        if not a or not b:
+            return False
+        decode = self.serde.loads_typed
+        values_a = {ch: decode((t, bl)) for ch, t, bl in zip(*a, strict=True)}
+        values_b = {ch: decode((t, bl)) for ch, t, bl in zip(*b, strict=True)}
+        return bool(values_a) and normalize(values_a) == normalize(values_b)
+
+
+def _parse_ts(ts: str | None) -> datetime | None:
+    if not ts:
+        return None
+    try:
+        return datetime.fromisoformat(ts)
+    except ValueError:
+        return None
+
+
+def audit(
+    dsn: str,
+    *,
+    thread_id: str | None = None,
+    since: datetime | None = None,
+    idle: timedelta = DEFAULT_IDLE,
+    batch_rows: int = DEFAULT_BATCH_ROWS,
+    statement_timeout_ms: int = STATEMENT_TIMEOUT_MS,
+    messages_channel: str = "messages",
+    progress: Callable[[int, int | None], None] | None = None,
+    pause: float = 0.0,
+) -> AuditReport:
+    """Scan the checkpoint database at ``dsn``; returns the findings (writes nothing).
+
+    ``since`` keeps threads whose head was written at or after it; ``idle`` is how long a
+    thread with a step left must have been quiet to count as stuck rather than running;
+    ``progress(done, total)`` is called after each range (checkpoints; total estimated);
+    ``pause`` sleeps that many seconds between ranges to leave more room to live workers.
+    """
+    report = AuditReport()
+    started = datetime.now().timestamp()
+    with connect(dsn, statement_timeout_ms=statement_timeout_ms) as conn:
+        ledger = _check_schema(conn)
+        total = None if thread_id else estimate_checkpoints(conn)
+        now_row = conn.execute("SELECT now()").fetchone()
+        assert now_row is not None
+        now: datetime = now_row[0]
+        scanner = _Scanner(
+            conn, now=now, idle=idle, since=since, only=thread_id, ledger=ledger,
+            messages_channel=messages_channel, serde=JsonPlusSerializer(),
+        )  # fmt: skip
+        done = 0
+        pool = ThreadPoolExecutor(1, thread_name_prefix="lgd-audit-decode")
+        pending: Future[tuple[list[Finding], list[HeadState], int]] | None = None
+
+        def collect(fut: Future[tuple[list[Finding], list[HeadState], int]]) -> None:
+            nonlocal done
+            found, heads, n = fut.result()
+            report.findings.extend(found)
+            for h in heads:
+                report.heads[h.thread_id] = h
+                report.active_threads += h.in_progress
+            report.threads += len(heads)
+            report.checkpoints += n
+            done += n
+            if progress is not None:
+                progress(done, total)
+
+        stop = threading.Event()
+        lo, rows = "", batch_rows
+        try:
+            while True:
+                hi = None if thread_id else _next_bound(conn, lo, rows)
+                try:
+                    fetched = scanner.fetch(lo, hi)
+                except psycopg.errors.QueryCanceled as exc:
+                    if rows <= _MIN_BATCH_ROWS:
+                        raise AuditError(
+                            f"scanning the threads after {lo!r} exceeded statement_timeout "
+                            f"({statement_timeout_ms} ms) even for {rows} checkpoints. Fix: "
+                            "raise --statement-timeout, or run the audit when the server "
+                            "is less loaded (it wrote nothing)."
+                        ) from exc
+                    rows //= 2  # a range too slow for the timeout: split it
+                    continue
+                if pending is not None:
+                    collect(pending)
+                pending = pool.submit(scanner.analyse, *fetched)
+                if hi is None:
+                    break
+                lo, rows = hi, min(batch_rows, rows * 2)
+                if pause:
+                    stop.wait(pause)
+            if pending is not None:
+                collect(pending)
+        except psycopg.OperationalError as exc:
+            raise DatabaseUnavailableError(
+                f"the audit lost its connection: {str(exc).strip()}. Fix: check the server "
+                "and run the audit again (it wrote nothing)."
+            ) from exc
+        finally:
+            pool.shutdown(wait=True, cancel_futures=True)
+    report.seconds = datetime.now().timestamp() - started
+    return report

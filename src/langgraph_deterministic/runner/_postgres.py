@@ -1,0 +1,447 @@
+"""``PostgresJournal``: durable ops inside nodes, journaled in Postgres next to the checkpoints.
+
+``DeterministicRunner(journal=PostgresJournal(saver))`` needs no external engine. The
+journal is *keyed*, not positional: an op is addressed by
+
+    (thread, the task's checkpoint namespace, "<op name>#<n>")
+
+where the task's namespace is the one LangGraph gives every task (``node:<task id>``,
+nested with ``|`` inside subgraphs). Task ids derive from the checkpoint the task runs
+from, so a retry that resumes that checkpoint - in any process - addresses the same rows,
+and parallel tasks need no ordering at all. ``n`` counts ops of one name within one
+execution of the node (a node retried by its RetryPolicy starts counting again, so it
+finds the ops its first execution stored).
+
+Per op, one statement before the function runs and one after:
+
+1. ``lgd_journal_claim_v1`` (migration 0012) returns the stored outcome, if any (the op is
+   not run again), or claims the op for this attempt. It raises ``LG430`` if the attempt
+   has lost the thread: another attempt took over one of its ops, or continued the
+   checkpoint its task runs from (the saver's chain). Then ``fn`` never runs.
+2. The outcome (result, or terminal error) is stored with a conditional UPDATE that holds
+   only while this attempt still holds the claim; it is stored before it is returned.
+
+An op in flight when its worker died has a claim and no outcome: the retry takes it over
+and runs it again (at-least-once; ``idempotency_key()`` lets the op's API deduplicate).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import inspect
+import json
+import secrets
+import threading
+from collections.abc import Callable, Generator
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import psycopg
+import psycopg.errors
+
+from langgraph_deterministic.checkpointer._core import Batch, Statement, queries
+from langgraph_deterministic.checkpointer.contract import GRAPH_RUN_MARKER, RUN_ID_KEY
+from langgraph_deterministic.errors import (
+    ConcurrentRunError,
+    ConfigurationError,
+    DeterministicError,
+    JournaledOpError,
+    JournalLimitError,
+    NondeterminismError,
+    SerializationError,
+)
+
+from ._context import _IDEMPOTENCY_KEY, IN_OP, make_idempotency_key
+
+if TYPE_CHECKING:
+    from langgraph_deterministic.checkpointer.saver import DeterministicSaver
+
+SQLSTATE_LOST = "LG430"
+_ERROR_TYPE = "lgd-error"
+_CLAIM_RETRIES = 5  # a deadlock between two attempts taking over each other's ops
+
+
+def _default_terminal(exc: BaseException) -> bool:
+    """Terminal, i.e. stored and replayed: what LangGraph's default retry policy would not
+    retry (ValueError, TypeError, ...). Transient failures (ConnectionError, HTTP 5xx, ...)
+    are not stored, so a retry runs the op again."""
+    from langgraph.types import default_retry_on  # type: ignore[attr-defined]
+
+    return isinstance(exc, Exception) and not default_retry_on(exc)
+
+
+@dataclass(frozen=True, slots=True)
+class OpRef:
+    """The journal address of one durable op, and who runs it."""
+
+    thread_id: str
+    task_ns: str
+    op_key: str
+    checkpoint_ns: str
+    checkpoint_id: str
+    run_id: str | None
+    attempt: str
+
+    @property
+    def idempotency_key(self) -> str:
+        return make_idempotency_key(self.thread_id, self.task_ns, self.op_key)
+
+    def params(self) -> dict[str, Any]:
+        return {
+            "thread_id": self.thread_id,
+            "task_ns": self.task_ns,
+            "op_key": self.op_key,
+            "checkpoint_ns": self.checkpoint_ns,
+            "checkpoint_id": self.checkpoint_id,
+            "run_id": self.run_id,
+            "attempt": self.attempt,
+        }
+
+
+@dataclass
+class JournalStats:
+    """What one run did with the journal (``runner.last_stats``), for tests and benchmarks."""
+
+    attempt: str = ""
+    executed: list[str] = field(default_factory=list)
+    replayed: list[str] = field(default_factory=list)
+    fenced: list[str] = field(default_factory=list)
+    round_trips: int = 0
+    #: op key -> server time of the claim that let this attempt run it
+    claimed_at: dict[str, Any] = field(default_factory=dict)
+
+
+# --- the two statements, sans-I/O (driven by the saver's sync or async driver) ----------
+
+
+def _lost(ref: OpRef, exc: BaseException) -> ConcurrentRunError:
+    detail = getattr(getattr(exc, "diag", None), "message_detail", None) or str(exc)
+    return ConcurrentRunError(
+        f"Durable op {ref.op_key!r} of task {ref.task_ns!r} on thread {ref.thread_id!r} was "
+        f"not run: this attempt has lost the thread ({detail}). Another attempt of the run "
+        "(a retry, while this one was still alive) took over. Stop this attempt: the other "
+        "one continues from what the journal and the checkpoints hold."
+    )
+
+
+def _claim(ref: OpRef) -> Generator[Batch, Any, tuple[str, str | None, bytes | None, Any]]:
+    for attempt in range(_CLAIM_RETRIES):
+        try:
+            (rows,) = yield Batch.read(queries()["journal_claim"], ref.params())
+        except psycopg.errors.DeadlockDetected:
+            if attempt == _CLAIM_RETRIES - 1:
+                raise
+            continue
+        except psycopg.Error as exc:
+            if exc.sqlstate == SQLSTATE_LOST:
+                raise _lost(ref, exc) from None
+            raise
+        status, type_, blob, claimed_at = rows[0]
+        return status, type_, blob, claimed_at
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+_ASYNC_COMMIT = Statement("SELECT set_config('synchronous_commit', 'off', true)")
+
+
+def _complete(
+    ref: OpRef, status: str, type_: str, blob: bytes, synchronous: bool = True
+) -> Generator[Batch, Any, None]:
+    params = {**ref.params(), "status": status, "type": type_, "blob": blob}
+    update = Statement(queries()["journal_complete"], params, fetch=True)
+    if synchronous:
+        (rows,) = yield Batch((update,))
+    else:  # one pipeline, one implicit transaction: still one round trip
+        _, rows = yield Batch.write(_ASYNC_COMMIT, update)
+    if not rows:
+        raise ConcurrentRunError(
+            f"The outcome of durable op {ref.op_key!r} of task {ref.task_ns!r} on thread "
+            f"{ref.thread_id!r} was not stored: another attempt took the op over while it "
+            "ran here (it runs it again, at least once in all). Stop this attempt."
+        )
+
+
+# --- outcomes --------------------------------------------------------------------------
+
+
+def _dump_error(exc: BaseException) -> bytes:
+    cls = type(exc)
+    try:
+        args: Any = json.loads(json.dumps(list(exc.args)))
+    except (TypeError, ValueError):
+        args = None
+    return json.dumps(
+        {"module": cls.__module__, "qualname": cls.__qualname__, "args": args, "message": str(exc)}
+    ).encode("utf-8")
+
+
+def _load_error(blob: bytes) -> BaseException:
+    data = json.loads(blob)
+    name = f"{data['module']}.{data['qualname']}"
+    try:
+        cls: Any = importlib.import_module(data["module"])
+        for part in data["qualname"].split("."):
+            cls = getattr(cls, part)
+        if (
+            isinstance(cls, type)
+            and issubclass(cls, Exception)
+            and not issubclass(cls, DeterministicError)
+            and data["args"] is not None
+        ):
+            exc: BaseException = cls(*data["args"])
+            if str(exc) == data["message"]:
+                return exc
+    except Exception:  # the type is gone or wants other arguments: fall through
+        pass
+    return JournaledOpError(f"{name}: {data['message']}")
+
+
+# --- the session ---------------------------------------------------------------------
+
+
+class _Session:
+    """One runner call on a :class:`PostgresJournal` (a ``KeyedSession``)."""
+
+    def __init__(self, journal: PostgresJournal, attempt: str) -> None:
+        self._journal = journal
+        self._saver = journal.saver
+        self._sync_commit = journal.synchronous_commit
+        self.attempt = attempt
+        self.stats = JournalStats(attempt=attempt)
+        self._lock = threading.Lock()  # sync nodes run in LangGraph's thread pool
+        self._counters: dict[tuple[str, int], dict[str, int]] = {}
+        self._inflight: set[tuple[str, str]] = set()
+
+    # identity -------------------------------------------------------------------------
+
+    def _ref(self, name: str) -> OpRef:
+        outer = IN_OP.get()
+        if outer is not None:
+            raise NondeterminismError(
+                f"durable op {name!r} was started inside durable op {outer!r}. The outer op's "
+                "result is journaled, so on a retry its function does not run and the inner "
+                "op would never be asked for. Fix: call the inner op from the node, next to "
+                "the outer one, not from inside its function."
+            )
+        from langchain_core.runnables.config import var_child_runnable_config
+
+        config = var_child_runnable_config.get() or {}
+        configurable = config.get("configurable") or {}
+        runtime = configurable.get(GRAPH_RUN_MARKER)
+        info = getattr(runtime, "execution_info", None)
+        thread_id = configurable.get("thread_id")
+        if info is None or thread_id is None:
+            raise ConfigurationError(
+                f"durable op {name!r} ran outside a graph node, or in a graph without a "
+                "checkpointer and thread_id: PostgresJournal addresses ops by the task that "
+                "runs them. Fix: call durable() from a node (or a tool or middleware it "
+                "runs) of a graph compiled with the DeterministicSaver, with a config made "
+                "by run_config(thread_id, run_id)."
+            )
+        task_ns = str(info.checkpoint_ns)
+        attempt_no = int(getattr(info, "node_attempt", 1) or 1)
+        with self._lock:
+            counters = self._counters.setdefault((task_ns, attempt_no), {})
+            n = counters.get(name, 0)
+            counters[name] = n + 1
+            key = f"{name}#{n}"
+            if (task_ns, key) in self._inflight:  # pragma: no cover - counters prevent it
+                raise NondeterminismError(f"durable op {key!r} is already in flight")
+        run_id = (config.get("metadata") or {}).get(RUN_ID_KEY)
+        return OpRef(
+            thread_id=str(thread_id),
+            task_ns=task_ns,
+            op_key=key,
+            checkpoint_ns=task_ns.rpartition("|")[0],
+            checkpoint_id=str(info.checkpoint_id),
+            run_id=str(run_id) if run_id is not None else None,
+            attempt=self.attempt,
+        )
+
+    # outcome handling ---------------------------------------------------------------
+
+    def _stored(self, ref: OpRef, status: str, type_: str | None, blob: bytes | None) -> Any:
+        with self._lock:
+            self.stats.replayed.append(ref.op_key)
+        if status == "error":
+            raise _load_error(blob or b"{}")
+        return self._saver.serde.loads_typed((type_ or "null", blob or b""))
+
+    def _encode(self, ref: OpRef, value: Any) -> tuple[str, bytes]:
+        try:
+            type_, blob = self._saver.serde.dumps_typed(value)
+        except Exception as exc:
+            raise SerializationError(
+                f"Cannot journal the result of durable op {ref.op_key!r} (a "
+                f"{type(value).__name__}): {exc}. Return JSON-like data, dataclasses, "
+                "pydantic models, bytes or LangChain messages, or give the saver a serde "
+                "that handles this type. Nothing was stored; a retry runs the op again."
+            ) from exc
+        limit = self._journal.max_result_bytes
+        if limit is not None and len(blob) > limit:
+            raise JournalLimitError(
+                f"The result of durable op {ref.op_key!r} is {len(blob)} bytes serialised, "
+                f"more than the journal's max_result_bytes={limit}. Nothing was stored; a "
+                "retry runs the op again. Fix: store the payload elsewhere (object storage, "
+                "a table) and return a reference to it, or raise "
+                "PostgresJournal(saver, max_result_bytes=...)."
+            )
+        return type_, blob
+
+    def _begin(self, ref: OpRef, claimed_at: Any) -> tuple[Any, Any]:
+        with self._lock:
+            self._inflight.add((ref.task_ns, ref.op_key))
+            self.stats.executed.append(ref.op_key)
+            self.stats.claimed_at[f"{ref.task_ns}/{ref.op_key}"] = claimed_at
+        return IN_OP.set(ref.op_key), _IDEMPOTENCY_KEY.set(ref.idempotency_key)
+
+    def _end(self, ref: OpRef, tokens: tuple[Any, Any]) -> None:
+        IN_OP.reset(tokens[0])
+        _IDEMPOTENCY_KEY.reset(tokens[1])
+        with self._lock:
+            self._inflight.discard((ref.task_ns, ref.op_key))
+
+    def _fenced(self, ref: OpRef) -> None:
+        with self._lock:
+            self.stats.fenced.append(ref.op_key)
+            self.stats.round_trips += 1
+
+    # the op ------------------------------------------------------------------------
+
+    async def arun_op(
+        self, name: str, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> Any:
+        ref = self._ref(name)
+        try:
+            status, type_, blob, claimed_at = await self._saver._arun(_claim(ref))
+        except ConcurrentRunError:
+            self._fenced(ref)
+            raise
+        self.stats.round_trips += 1
+        if status != "run":
+            return self._stored(ref, status, type_, blob)
+        tokens = self._begin(ref, claimed_at)
+        try:
+            try:
+                value = fn(*args, **kwargs)
+                if inspect.isawaitable(value):
+                    value = await value
+            finally:
+                IN_OP.reset(tokens[0])
+                _IDEMPOTENCY_KEY.reset(tokens[1])
+                tokens = (IN_OP.set(None), _IDEMPOTENCY_KEY.set(None))
+        except Exception as exc:
+            if self._journal.is_terminal(exc) and not _never_stored(exc):
+                self.stats.round_trips += 1
+                await self._saver._arun(
+                    _complete(ref, "error", _ERROR_TYPE, _dump_error(exc), self._sync_commit)
+                )
+            raise
+        finally:
+            self._end(ref, tokens)
+        type_, blob = self._encode(ref, value)
+        self.stats.round_trips += 1
+        await self._saver._arun(_complete(ref, "ok", type_, blob, self._sync_commit))
+        return value
+
+    def run_op(
+        self, name: str, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> Any:
+        ref = self._ref(name)
+        try:
+            status, type_, blob, claimed_at = self._saver._run(_claim(ref))
+        except ConcurrentRunError:
+            self._fenced(ref)
+            raise
+        with self._lock:
+            self.stats.round_trips += 1
+        if status != "run":
+            return self._stored(ref, status, type_, blob)
+        tokens = self._begin(ref, claimed_at)
+        try:
+            try:
+                value = fn(*args, **kwargs)
+                if inspect.isawaitable(value):
+                    raise ConfigurationError(
+                        f"durable_sync({name!r}) got an async function. Fix: await "
+                        "durable(...) in an async node, or pass a sync function."
+                    )
+            finally:
+                IN_OP.reset(tokens[0])
+                _IDEMPOTENCY_KEY.reset(tokens[1])
+                tokens = (IN_OP.set(None), _IDEMPOTENCY_KEY.set(None))
+        except Exception as exc:
+            if self._journal.is_terminal(exc) and not _never_stored(exc):
+                with self._lock:
+                    self.stats.round_trips += 1
+                self._saver._run(_complete(ref, "error", _ERROR_TYPE, _dump_error(exc), self._sync_commit))
+            raise
+        finally:
+            self._end(ref, tokens)
+        type_, blob = self._encode(ref, value)
+        with self._lock:
+            self.stats.round_trips += 1
+        self._saver._run(_complete(ref, "ok", type_, blob, self._sync_commit))
+        return value
+
+
+def _never_stored(exc: BaseException) -> bool:
+    """Our own errors and LangGraph's control flow (interrupt() inside an op) are never
+    an op's outcome."""
+    from langgraph.errors import GraphBubbleUp
+
+    return isinstance(exc, DeterministicError | GraphBubbleUp | asyncio.CancelledError)
+
+
+class PostgresJournal:
+    """Journal durable ops in Postgres, through a :class:`DeterministicSaver`.
+
+    >>> runner = DeterministicRunner(journal=PostgresJournal(saver))
+    >>> runner.invoke(graph, inputs, run_config(thread_id, run_id))    # or ainvoke/astream
+
+    The graph must be compiled with the same saver (or one on the same database): ops are
+    addressed by the tasks of its checkpoints, and fenced by the same attempt tokens.
+
+    ``max_result_bytes``: the largest serialised result stored (default 8 MiB).
+    ``is_terminal(exc)``: which failures of an op's function are its outcome, stored and
+    raised again on a retry without running it; others (by default what LangGraph's
+    default retry policy retries, e.g. ``ConnectionError``) are not stored.
+    ``synchronous_commit=False``: an op's outcome is stored without waiting for the WAL
+    flush (Postgres' ``synchronous_commit = off`` for that one transaction). A killed
+    *worker* loses nothing; a crash of the *Postgres server* within its WAL writer delay
+    (200 ms by default) can lose the newest outcomes, and those ops run again (use
+    idempotency keys). The claim before an op never waits for the flush.
+    """
+
+    keyed = True
+
+    def __init__(
+        self,
+        saver: DeterministicSaver,
+        *,
+        max_result_bytes: int | None = 8 * 1024 * 1024,
+        is_terminal: Callable[[BaseException], bool] | None = None,
+        synchronous_commit: bool = True,
+    ) -> None:
+        from langgraph_deterministic.checkpointer.saver import DeterministicSaver
+
+        if not isinstance(saver, DeterministicSaver):
+            raise ConfigurationError(
+                f"PostgresJournal needs a DeterministicSaver, got {type(saver).__name__}. "
+                "Fix: PostgresJournal(DeterministicSaver(dsn_or_pool)), the saver the graph "
+                "is compiled with."
+            )
+        if max_result_bytes is not None and max_result_bytes <= 0:
+            raise ConfigurationError("max_result_bytes must be positive (or None: no limit).")
+        self.saver = saver
+        self.max_result_bytes = max_result_bytes
+        self.is_terminal = is_terminal or _default_terminal
+        self.synchronous_commit = synchronous_commit
+
+    def open_session(self, attempt: str | None = None) -> _Session:
+        """A session for one runner call; ``attempt`` is the call's attempt token."""
+        return _Session(self, attempt or secrets.token_hex(16))
+
+
+__all__ = ["JournalStats", "OpRef", "PostgresJournal"]
