@@ -313,6 +313,15 @@ class DeterministicRunner:
                             "results (see docs/deterministic-replay-on-restate.md)."
                         )
 
+    def _journaled(self, graph: Any) -> tuple[Any, Any]:
+        """The pinned start and one commit are for ordered journals, which replay a run from
+        its first start. A keyed journal addresses ops by the task, so the saver must store
+        checkpoints as the graph runs: a retry resumes the newest one, and its tasks find
+        their ops (buffering them would lose every checkpoint of a crashed attempt)."""
+        if self._keyed:
+            return graph, None
+        return journaled_graph(graph)
+
     async def ainvoke(self, graph: Any, input: Any, config: Any = None, **kwargs: Any) -> Any:
         """``graph.ainvoke(input, config, **kwargs)`` with ordered durable ops.
 
@@ -320,7 +329,7 @@ class DeterministicRunner:
         from the checkpoint the first one started from, and stores the run's checkpoints
         once, when it returns (see ``_checkpointer``)."""
         async with self._session(config) as cfg:
-            run_graph, store = journaled_graph(graph)
+            run_graph, store = self._journaled(graph)
             if store is None:
                 return await graph.ainvoke(input, cfg, **kwargs)
             try:
@@ -339,7 +348,7 @@ class DeterministicRunner:
         With a ``DeterministicSaver`` the run's checkpoints are stored once the stream is
         exhausted (or the graph raised); a stream abandoned early stores nothing."""
         async with self._session(config) as cfg:
-            run_graph, store = journaled_graph(graph)
+            run_graph, store = self._journaled(graph)
             try:
                 async for chunk in run_graph.astream(input, cfg, **kwargs):
                     yield chunk
