@@ -1,8 +1,8 @@
 -- PostgresJournal's one-round-trip protocol (runner/_postgres.py): a task's stored outcomes
 -- read in one statement, and the fence of the task's next op checked by the outcome write
 -- of its previous op. New functions only: workers on older code keep calling
--- lgd_journal_claim_v1 and the UPDATE of journal_complete, which read and write the same
--- rows the same way.
+-- lgd_journal_claim_v1 and their conditional UPDATE of an outcome (journal_complete in
+-- their queries.sql), which read and write the same rows the same way.
 
 -- The first claim of a task by an attempt (or a claim without a fresh fence check): as
 -- lgd_journal_claim_v1 for p_key (same fencing, same takeover), then, in a later snapshot
@@ -51,7 +51,7 @@ $$;
 
 -- Store an op's outcome, and say whether this attempt still holds the thread.
 -- p_claimed: the op was claimed (lgd_journal_claim_*): stored only while this attempt still
--- holds that claim (as journal_complete). Otherwise it ran on the fence check of the
+-- holds that claim (as older workers' journal_complete). Otherwise it ran on the fence check of the
 -- previous statement of its task (claim-ahead): stored only while this attempt is not
 -- fenced off nor its checkpoint continued, and no other attempt claimed or stored the op.
 -- p_fence_at (claim-ahead only): the fence check the op ran on, kept as its claimed_at.

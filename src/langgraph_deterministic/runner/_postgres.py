@@ -12,17 +12,25 @@ and parallel tasks need no ordering at all. ``n`` counts ops of one name within 
 execution of the node (a node retried by its RetryPolicy starts counting again, so it
 finds the ops its first execution stored).
 
-Per op, one statement before the function runs and one after:
+Per op, at most one statement (the rule, with its proof obligations, is in
+docs/durable-ops-without-restate.md, "Round trips and the fence"):
 
-1. ``lgd_journal_claim_v1`` (migration 0012) returns the stored outcome, if any (the op is
-   not run again), or claims the op for this attempt. It raises ``LG430`` if the attempt
-   has lost the thread: another attempt took over one of its ops, or continued the
-   checkpoint its task runs from (the saver's chain). Then ``fn`` never runs.
-2. The outcome (result, or terminal error) is stored with a conditional UPDATE that holds
-   only while this attempt still holds the claim; it is stored before it is returned.
+1. A task's first op sends ``lgd_journal_claim_v2`` (migration 0013): the claim of
+   ``lgd_journal_claim_v1`` (0012: returns the op's stored outcome or claims it for this
+   attempt; raises ``LG430`` if the attempt lost the thread, and then ``fn`` never runs),
+   plus every other op the task has in the journal. The task's replayed ops need no
+   statement at all.
+2. Every outcome (result, or terminal error) is stored by ``lgd_journal_store_v2`` before
+   it is returned; the same statement checks the fence - the attempt is not fenced off,
+   its checkpoint not continued, nobody else holds the thread's lease - under the same
+   row lock a claim takes. A new op of the task that starts within ``claim_ahead``
+   seconds of that answer runs on that check (*claim-ahead*) instead of a claim of its
+   own, and its outcome is inserted only while the fence still holds. Anything else (an
+   op another attempt has claimed, a stale or failed check, the second of concurrent
+   ops) claims first, as in 1.
 
-An op in flight when its worker died has a claim and no outcome: the retry takes it over
-and runs it again (at-least-once; ``idempotency_key()`` lets the op's API deduplicate).
+An op in flight when its worker died has no outcome (a claim, or no row at all on
+claim-ahead): the retry takes it over or simply runs it again (at-least-once; ``idempotency_key()`` lets the op's API deduplicate).
 """
 
 from __future__ import annotations
