@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import random
-import uuid
+import secrets
 from collections.abc import Awaitable, Callable, Generator, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cache
@@ -385,8 +385,8 @@ def _start_graph_run(
             fetch=True,
         )
     # A DeterministicRunner names its attempt itself (its durable-op journal is fenced by
-    # the same token); any other graph run gets a fresh one.
-    attempt = info.attempt or uuid.uuid4().hex
+    # the same token); any other graph run gets a fresh one (not uuid4: see _for_graph_run).
+    attempt = info.attempt or secrets.token_hex(16)
     strategy = contract.strategy_of(info)
     admission: Admission | None = None
     ticket: int | None = None
@@ -533,7 +533,12 @@ def _for_graph_run(
     apart), the checkpoint it branches from when it addressed a past one on purpose, and
     the run id in the form the caller used, so LangGraph's own ``metadata.run_id``
     comparison holds for a ``uuid.UUID`` too."""
-    configurable = {**found.config["configurable"], ATTEMPT_KEY: attempt or uuid.uuid4().hex}
+    # Drawn from the OS, not uuid.uuid4(): tests (LangGraph's among them) patch uuid4 to
+    # make ids deterministic, and a draw of ours would shift every id after it.
+    configurable = {
+        **found.config["configurable"],
+        ATTEMPT_KEY: attempt or secrets.token_hex(16),
+    }
     if branch_from is not None:
         configurable[BRANCH_KEY] = branch_from
     metadata = found.metadata
@@ -806,13 +811,17 @@ class PruneRefusedError(DeterministicError, NotImplementedError):
     """keep_latest would lose state that a DeltaChannel rebuilds from older checkpoints."""
 
 
+class PruneArgumentError(ConfigurationError, TypeError):
+    """prune() got one thread id string (a TypeError, as PostgresSaver raises)."""
+
+
 PRUNE_STRATEGIES = ("keep_latest", "delete")
 
 
 def prune(thread_ids: Sequence[str], strategy: str) -> Operation[None]:
     if isinstance(thread_ids, str):
-        raise ConfigurationError(
-            "prune() takes a sequence of thread ids, not one string: prune([thread_id])."
+        raise PruneArgumentError(
+            "prune() takes a sequence of thread ids, not a str: prune([thread_id])."
         )
     if strategy not in PRUNE_STRATEGIES:
         raise ConfigurationError(
@@ -826,17 +835,30 @@ def prune(thread_ids: Sequence[str], strategy: str) -> Operation[None]:
         return
     (delta,) = yield Batch.read(queries()["delta_threads"], {"thread_ids": ids})
     if delta:
-        raise PruneRefusedError(
-            "keep_latest cannot prune threads that use a DeltaChannel (their latest value "
-            f"is rebuilt from older checkpoints): {', '.join(sorted(r[0] for r in delta))}. "
-            "Prune them with strategy='delete', or leave them out. Nothing was pruned."
-        )
-    # One transaction per thread, on one snapshot of it: a run appending meanwhile is safe.
-    for thread_id in ids:
-        yield Batch.write(
-            Statement(queries()["prune_keep_latest"], {"thread_id": thread_id}, prepare=False),
+        raise _delta_refusal(sorted(r[0] for r in delta), "Nothing was pruned.")
+    # One transaction per thread, on one snapshot of it: a run appending meanwhile is safe,
+    # and the statement checks again on that snapshot for a thread turned delta since.
+    for done, thread_id in enumerate(ids):
+        (refused,) = yield Batch.write(
+            Statement(
+                queries()["prune_keep_latest"], {"thread_id": thread_id}, fetch=True,
+                prepare=False,
+            ),
             isolation="repeatable read",
-        )
+        )  # fmt: skip
+        if refused and refused[0][0]:
+            pruned = ", ".join(ids[:done]) or "none"
+            raise _delta_refusal(
+                [thread_id], f"It was left as it was; threads pruned before it: {pruned}."
+            )
+
+
+def _delta_refusal(thread_ids: Sequence[str], outcome: str) -> PruneRefusedError:
+    return PruneRefusedError(
+        "keep_latest cannot prune threads that use a DeltaChannel (their latest value "
+        f"is rebuilt from older checkpoints): {', '.join(thread_ids)}. Prune them with "
+        f"strategy='delete', or leave them out. {outcome}"
+    )
 
 
 def delta_history(

@@ -47,7 +47,8 @@ from langgraph.checkpoint.base import (
     CheckpointTuple,
     DeltaChannelHistory,
 )
-from langgraph.checkpoint.serde.base import SerializerProtocol
+from langgraph.checkpoint.serde.base import SerializerProtocol, maybe_add_typed_methods
+from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 from psycopg import AsyncConnection, Connection
 from psycopg.conninfo import conninfo_to_dict
 from psycopg.rows import tuple_row
@@ -126,14 +127,18 @@ def _execute(conn: Connection[Any], batch: Batch) -> Results:
     # Postgres rolls them all back. That is the atomicity we need, in one round trip;
     # psycopg's transaction() inside a pipeline would add three more syncs (BEGIN, COMMIT,
     # exit). Only a batch that sets an isolation level needs an explicit transaction.
-    with conn.pipeline(), _transaction(conn, batch) if batch.isolation else nullcontext():
-        for st in statements:
-            cur = conn.cursor(binary=True, row_factory=tuple_row)
-            if st.many:
-                cur.executemany(st.sql, st.params)  # type: ignore[arg-type]
-            else:
-                cur.execute(st.sql, st.params, prepare=st.prepare)
-            cursors.append(cur)
+    in_callers_pipeline = _in_pipeline(conn)
+    with conn.pipeline() as pipe:
+        if batch.isolation and in_callers_pipeline:
+            pipe.sync()  # see _in_pipeline
+        with _transaction(conn, batch) if batch.isolation else nullcontext():
+            for st in statements:
+                cur = conn.cursor(binary=True, row_factory=tuple_row)
+                if st.many:
+                    cur.executemany(st.sql, st.params)  # type: ignore[arg-type]
+                else:
+                    cur.execute(st.sql, st.params, prepare=st.prepare)
+                cursors.append(cur)
     return [
         cur.fetchall() if st.fetch else None for cur, st in zip(cursors, statements, strict=True)
     ]
@@ -162,18 +167,29 @@ async def _aexecute(conn: AsyncConnection[Any], batch: Batch) -> Results:
         return results
     cursors = []
     # One implicit transaction per pipeline sync; see _execute.
-    async with conn.pipeline(), _atransaction(conn, batch) if batch.isolation else nullcontext():
-        for st in statements:
-            cur = conn.cursor(binary=True, row_factory=tuple_row)
-            if st.many:
-                await cur.executemany(st.sql, st.params)  # type: ignore[arg-type]
-            else:
-                await cur.execute(st.sql, st.params, prepare=st.prepare)
-            cursors.append(cur)
+    in_callers_pipeline = _in_pipeline(conn)
+    async with conn.pipeline() as pipe:
+        if batch.isolation and in_callers_pipeline:
+            await pipe.sync()  # see _in_pipeline
+        async with _atransaction(conn, batch) if batch.isolation else nullcontext():
+            for st in statements:
+                cur = conn.cursor(binary=True, row_factory=tuple_row)
+                if st.many:
+                    await cur.executemany(st.sql, st.params)  # type: ignore[arg-type]
+                else:
+                    await cur.execute(st.sql, st.params, prepare=st.prepare)
+                cursors.append(cur)
     return [
         await cur.fetchall() if st.fetch else None
         for cur, st in zip(cursors, statements, strict=True)
     ]
+
+
+def _in_pipeline(conn: Connection[Any] | AsyncConnection[Any]) -> bool:
+    """Whether the caller holds the connection in pipeline mode (PostgresSaver's
+    ``pipe=`` setup). Its unsynced statements leave an implicit transaction open, after
+    which ``SET TRANSACTION ISOLATION LEVEL`` fails: a batch that sets one syncs first."""
+    return conn.info.pipeline_status != psycopg.pq.PipelineStatus.OFF
 
 
 @contextmanager
@@ -193,6 +209,12 @@ async def _atransaction(conn: AsyncConnection[Any], batch: Batch) -> AsyncIterat
 
 
 # --- the saver ----------------------------------------------------------------------
+
+
+class SyncCallOnLoopError(ConfigurationError, asyncio.InvalidStateError):
+    """A sync method over an async connection, called from its event loop. Also an
+    ``asyncio.InvalidStateError``, which AsyncPostgresSaver raises in that case."""
+
 
 
 class DeterministicSaver(BaseCheckpointSaver[str]):
@@ -239,7 +261,7 @@ class DeterministicSaver(BaseCheckpointSaver[str]):
         lease_ttl: float = 30.0,
         enqueue_timeout: float = 300.0,
     ) -> None:
-        super().__init__(serde=serde)
+        super().__init__(serde=serde or JsonPlusSerializer())  # sets self.serde (below)
         self.multitask_strategy: MultitaskStrategy = check_strategy(multitask_strategy)
         if not lease_ttl > 0 or not enqueue_timeout >= 0:
             raise ConfigurationError(
@@ -259,7 +281,6 @@ class DeterministicSaver(BaseCheckpointSaver[str]):
         )
         self._contract: RunContract | None = None
         self._leases = LeaseKeeper(self._run, self._arun, lambda: self.lease_ttl)
-        self._codec = _core.Codec(self.serde)
         self._dsn: str | None = None
         self._pool: ConnectionPool[Any] | None = None
         self._apool: AsyncConnectionPool[Any] | None = None
@@ -320,6 +341,17 @@ class DeterministicSaver(BaseCheckpointSaver[str]):
                 "Pass a DSN string, a psycopg (Async)Connection, or a psycopg_pool "
                 "(Async)ConnectionPool."
             )
+
+    @property
+    def serde(self) -> SerializerProtocol:
+        """The serializer of channel values and writes. Assigning one after construction
+        takes effect at once (LangGraph's own fixtures set an EncryptedSerializer so)."""
+        return self._serde
+
+    @serde.setter
+    def serde(self, value: SerializerProtocol) -> None:
+        self._serde = maybe_add_typed_methods(value)
+        self._codec = _core.Codec(self._serde)
 
     @classmethod
     def from_conn_string(
@@ -503,7 +535,7 @@ class DeterministicSaver(BaseCheckpointSaver[str]):
         except RuntimeError:
             running = None
         if loop is None or running is loop or not loop.is_running():
-            raise ConfigurationError(
+            raise SyncCallOnLoopError(
                 "This saver was given an async connection, so its sync methods work only "
                 "from another thread while its event loop runs. Use the async API "
                 "(graph.ainvoke/astream) or give the saver a DSN, a Connection or a "

@@ -39,9 +39,9 @@ import asyncio
 import importlib
 import inspect
 import json
+import secrets
 import threading
 import time
-import uuid
 from collections.abc import Callable, Generator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -571,7 +571,7 @@ class PostgresJournal:
 
     def open_session(self, attempt: str | None = None) -> _Session:
         """A session for one runner call; ``attempt`` is the call's attempt token."""
-        return _Session(self, attempt or uuid.uuid4().hex)
+        return _Session(self, attempt or secrets.token_hex(16))
 
 
 __all__ = ["JournalStats", "OpRef", "PostgresJournal"]

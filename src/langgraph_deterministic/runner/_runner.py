@@ -18,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import importlib.metadata
 import inspect
-import uuid
+import secrets
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterator
 from contextlib import AbstractContextManager, asynccontextmanager, contextmanager, nullcontext
 from typing import Any, Protocol
@@ -235,7 +235,7 @@ class DeterministicRunner:
         self._refuse_nesting()
         from langgraph_deterministic.checkpointer.contract import ATTEMPT_KEY
 
-        attempt = uuid.uuid4().hex
+        attempt = secrets.token_hex(16)  # not uuid4: code under test patches it
         session = self._journal.open_session(attempt)
         self.last_stats = getattr(session, "stats", None)
         cfg: dict[str, Any] = dict(config or {})
@@ -313,11 +313,11 @@ class DeterministicRunner:
                             "results (see docs/deterministic-replay-on-restate.md)."
                         )
 
-    def _journaled(self, graph: Any) -> tuple[Any, Any]:
-        """The pinned start and one commit are for ordered journals, which replay a run from
-        its first start. A keyed journal addresses ops by the task, so the saver must store
-        checkpoints as the graph runs: a retry resumes the newest one, and its tasks find
-        their ops (buffering them would lose every checkpoint of a crashed attempt)."""
+    def _pinned(self, graph: Any) -> tuple[Any, Any]:
+        """On an ordered journal (Restate), the graph with its DeterministicSaver pinned to
+        the run's start and its writes committed once (``_checkpointer``). A keyed journal
+        (PostgresJournal) needs no pinning: its ops are keyed by the tasks of the checkpoints
+        the saver writes as usual, and a retry must find those checkpoints."""
         if self._keyed:
             return graph, None
         return journaled_graph(graph)
@@ -329,7 +329,7 @@ class DeterministicRunner:
         from the checkpoint the first one started from, and stores the run's checkpoints
         once, when it returns (see ``_checkpointer``)."""
         async with self._session(config) as cfg:
-            run_graph, store = self._journaled(graph)
+            run_graph, store = self._pinned(graph)
             if store is None:
                 return await graph.ainvoke(input, cfg, **kwargs)
             try:
@@ -348,7 +348,7 @@ class DeterministicRunner:
         With a ``DeterministicSaver`` the run's checkpoints are stored once the stream is
         exhausted (or the graph raised); a stream abandoned early stores nothing."""
         async with self._session(config) as cfg:
-            run_graph, store = self._journaled(graph)
+            run_graph, store = self._pinned(graph)
             try:
                 async for chunk in run_graph.astream(input, cfg, **kwargs):
                     yield chunk
@@ -358,7 +358,6 @@ class DeterministicRunner:
                 raise
             if store is not None:
                 await store.commit(None, keep_output=False)
-
 
     def _sync_session(self, config: Any) -> AbstractContextManager[dict[str, Any]]:
         if not self._keyed:

@@ -222,15 +222,35 @@ WHERE c.thread_id = ANY(%(thread_ids)s) AND (
 
 -- name: prune_keep_latest
 -- Keeps each namespace's newest checkpoint (plus, for format v < 4, the parent holding its
--- pending sends), with its writes and the blobs it references. Deletes writes only of the
--- checkpoints deleted: a run may commit a step's writes before the checkpoint they belong
--- to. Runs under REPEATABLE READ so a concurrent run's new rows are neither seen nor lost.
-WITH heads AS (
+-- pending sends), with its writes and the blobs it references; a kept checkpoint whose
+-- parent goes becomes a root. A subgraph call's namespace ("node:task-id", unlike a
+-- checkpointer=True subgraph's, whose state outlives each call) goes whole with the root
+-- checkpoint it started from, once that one is saved and deleted (a run saves in the
+-- background, so a call can commit before its root). Deletes writes only of the checkpoints
+-- deleted: a run may commit a step's writes before their checkpoint. Runs under REPEATABLE
+-- READ, one snapshot: a concurrent run's new rows are neither seen nor lost, and a thread
+-- that has turned to a DeltaChannel since the caller's check is left as it is (returns
+-- refused = true).
+WITH refusal AS (
+    SELECT EXISTS (
+        SELECT 1 FROM checkpoints c
+        WHERE c.thread_id = %(thread_id)s AND (
+            c.metadata ? 'counters_since_delta_snapshot'
+            OR c.metadata ? 'delta_writes_versioned'
+            OR EXISTS (
+                SELECT 1 FROM jsonb_each(c.checkpoint -> 'channel_values') AS v
+                JOIN checkpoint_blobs b
+                  ON b.thread_id = c.thread_id AND b.checkpoint_ns = c.checkpoint_ns
+                 AND b.channel = v.key
+                 AND b.version = c.checkpoint -> 'channel_versions' ->> v.key
+                WHERE v.value = 'true'::jsonb))
+    ) AS refused
+), heads AS (
     SELECT DISTINCT ON (checkpoint_ns) checkpoint_ns, checkpoint_id, parent_checkpoint_id,
-           (checkpoint ->> 'v')::int AS format
+           (checkpoint ->> 'v')::int AS format, metadata -> 'parents' ->> '' AS root
     FROM checkpoints WHERE thread_id = %(thread_id)s
     ORDER BY checkpoint_ns, checkpoint_id DESC
-), kept AS (
+), latest AS (
     SELECT checkpoint_ns, checkpoint_id FROM heads
     UNION
     SELECT h.checkpoint_ns, h.parent_checkpoint_id FROM heads h
@@ -238,16 +258,33 @@ WITH heads AS (
         SELECT 1 FROM checkpoint_writes w
         WHERE w.thread_id = %(thread_id)s AND w.checkpoint_ns = h.checkpoint_ns
           AND w.checkpoint_id = h.parent_checkpoint_id AND w.channel = '__pregel_tasks')
+), calls AS (
+    SELECT h.checkpoint_ns FROM heads h
+    WHERE strpos(h.checkpoint_ns, ':') > 0
+      AND NOT EXISTS (SELECT 1 FROM latest l
+                      WHERE l.checkpoint_ns = '' AND l.checkpoint_id = h.root)
+      AND EXISTS (SELECT 1 FROM checkpoints r
+                  WHERE r.thread_id = %(thread_id)s AND r.checkpoint_ns = ''
+                    AND r.checkpoint_id = h.root)
+), kept AS (
+    SELECT l.checkpoint_ns, l.checkpoint_id FROM latest l
+    WHERE NOT EXISTS (SELECT 1 FROM calls x WHERE x.checkpoint_ns = l.checkpoint_ns)
 ), doomed AS (
     DELETE FROM checkpoints c
-    WHERE c.thread_id = %(thread_id)s
+    WHERE c.thread_id = %(thread_id)s AND NOT (SELECT refused FROM refusal)
       AND NOT EXISTS (SELECT 1 FROM kept k
                       WHERE k.checkpoint_ns = c.checkpoint_ns AND k.checkpoint_id = c.checkpoint_id)
     RETURNING c.checkpoint_ns, c.checkpoint_id, c.checkpoint -> 'channel_versions' AS versions
 ), writes AS (
-    DELETE FROM checkpoint_writes w USING doomed d
-    WHERE w.thread_id = %(thread_id)s AND w.checkpoint_ns = d.checkpoint_ns
-      AND w.checkpoint_id = d.checkpoint_id
+    DELETE FROM checkpoint_writes w
+    WHERE w.thread_id = %(thread_id)s AND NOT (SELECT refused FROM refusal)
+      AND (EXISTS (SELECT 1 FROM doomed d WHERE d.checkpoint_ns = w.checkpoint_ns
+                   AND d.checkpoint_id = w.checkpoint_id)
+           OR w.checkpoint_ns IN (SELECT checkpoint_ns FROM calls))
+), call_blobs AS (
+    DELETE FROM checkpoint_blobs b
+    WHERE b.thread_id = %(thread_id)s AND NOT (SELECT refused FROM refusal)
+      AND b.checkpoint_ns IN (SELECT checkpoint_ns FROM calls)
 ), journal AS (
     -- Durable ops of tasks that ran from a deleted checkpoint: no retry can reach them.
     DELETE FROM lgd_journal j USING doomed d
@@ -255,12 +292,12 @@ WITH heads AS (
       AND j.checkpoint_id = d.checkpoint_id
 ), orphaned AS (
     UPDATE checkpoints c SET parent_checkpoint_id = NULL
-    FROM heads h
-    WHERE c.thread_id = %(thread_id)s AND c.checkpoint_ns = h.checkpoint_ns
-      AND c.checkpoint_id = h.checkpoint_id
+    FROM kept k
+    WHERE c.thread_id = %(thread_id)s AND NOT (SELECT refused FROM refusal)
+      AND c.checkpoint_ns = k.checkpoint_ns AND c.checkpoint_id = k.checkpoint_id
       AND c.parent_checkpoint_id IS NOT NULL
-      AND NOT EXISTS (SELECT 1 FROM kept k WHERE k.checkpoint_ns = h.checkpoint_ns
-                      AND k.checkpoint_id = h.parent_checkpoint_id)
+      AND NOT EXISTS (SELECT 1 FROM kept p WHERE p.checkpoint_ns = k.checkpoint_ns
+                      AND p.checkpoint_id = c.parent_checkpoint_id)
 ), freed AS (
     SELECT DISTINCT d.checkpoint_ns, v.key AS channel, v.value AS version
     FROM doomed d CROSS JOIN LATERAL jsonb_each_text(d.versions) AS v
@@ -270,18 +307,21 @@ WITH heads AS (
     JOIN kept k ON k.checkpoint_ns = c.checkpoint_ns AND k.checkpoint_id = c.checkpoint_id
     CROSS JOIN LATERAL jsonb_each_text(c.checkpoint -> 'channel_versions') AS v
     WHERE c.thread_id = %(thread_id)s
+), blobs AS (
+    DELETE FROM checkpoint_blobs b USING freed f
+    WHERE b.thread_id = %(thread_id)s AND b.checkpoint_ns = f.checkpoint_ns
+      AND b.channel = f.channel AND b.version = f.version
+      AND NOT EXISTS (SELECT 1 FROM referenced r WHERE r.checkpoint_ns = f.checkpoint_ns
+                      AND r.channel = f.channel AND r.version = f.version)
 )
-DELETE FROM checkpoint_blobs b USING freed f
-WHERE b.thread_id = %(thread_id)s AND b.checkpoint_ns = f.checkpoint_ns
-  AND b.channel = f.channel AND b.version = f.version
-  AND NOT EXISTS (SELECT 1 FROM referenced r WHERE r.checkpoint_ns = f.checkpoint_ns
-                  AND r.channel = f.channel AND r.version = f.version)
+SELECT refused FROM refusal
 
 -- name: delta_history
 -- Walks the parent chain of a checkpoint once for all requested channels, in one round
 -- trip. A channel stops at the nearest ancestor that stores a value for it (inline in
 -- channel_values, or a blob that is not the "empty" marker); the walk ends when every
--- channel has stopped or the root is reached. Returns that ancestor's value ('s' rows)
+-- channel has stopped or the root is reached. An inline JSON null is no value: put()
+-- stores a None channel that way, and a seed of None would drop the writes beyond it. Returns that ancestor's value ('s' rows)
 -- and every write to a still-walking channel on the way ('w' rows).
 WITH RECURSIVE walk AS (
     SELECT c.checkpoint_id, c.parent_checkpoint_id, c.checkpoint,
@@ -300,7 +340,7 @@ WITH RECURSIVE walk AS (
     CROSS JOIN LATERAL (
         SELECT ARRAY(
             SELECT ch FROM unnest(w.walking) AS ch
-            WHERE w.checkpoint -> 'channel_values' ? ch
+            WHERE jsonb_typeof(w.checkpoint -> 'channel_values' -> ch) <> 'null'
                OR EXISTS (SELECT 1 FROM checkpoint_blobs b
                           WHERE b.thread_id = %(thread_id)s AND b.checkpoint_ns = %(checkpoint_ns)s
                             AND b.channel = ch AND b.type <> 'empty'
@@ -327,7 +367,7 @@ LEFT JOIN checkpoint_blobs b
   ON b.thread_id = %(thread_id)s AND b.checkpoint_ns = %(checkpoint_ns)s
  AND b.channel = ch AND b.type <> 'empty'
  AND b.version = w.checkpoint -> 'channel_versions' ->> ch
-WHERE w.checkpoint -> 'channel_values' ? ch OR b.channel IS NOT NULL
+WHERE jsonb_typeof(w.checkpoint -> 'channel_values' -> ch) <> 'null' OR b.channel IS NOT NULL
 
 -- name: select_head_with_run
 -- The latest root checkpoint of a thread (as select_checkpoint) plus, when it was not
