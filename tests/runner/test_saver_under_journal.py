@@ -13,13 +13,14 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+import psycopg
 import pytest
 import restate_app
 from fake_journal import Crash, FakeAttempt, FakeJournal, Store
 
-from langgraph_deterministic import DeterministicSaver, run_config
+from langgraph_deterministic import DeterministicSaver, ThreadBusyError, run_config
 from langgraph_deterministic.runner import DeterministicRunner
-from langgraph_deterministic.runner._checkpointer import COMMIT_OP
+from langgraph_deterministic.runner._checkpointer import COMMIT_OP, START_OP
 
 TURNS: list[dict[str, Any]] = [
     {"turn": 1, "topic": "tides"},
@@ -147,6 +148,81 @@ async def test_crash_between_commit_and_its_record(
         assert out["results"] == want["results"] and out["summary"] == want["summary"]
         if spec["turn"] == crash_turn:
             assert store.executions[f"run/{COMMIT_OP}#0"] == 2  # ran again, stored nothing twice
+    facts = await _facts(saver, thread)
+    assert facts["history"] == reference["history"]
+    assert facts["runs"] == reference["runs"]
+
+
+class CrashAtOp(FakeAttempt):
+    """Dies when the run asks for the first new durable op whose key matches ``at``:
+    the graph call of this attempt raises, as a suspended or killed Restate attempt's does."""
+
+    def __init__(self, store: Store, at: Any) -> None:
+        super().__init__(store, io_ticks=lambda _n: 1)
+        self.at = at
+
+    def start_op(self, key: str, spec: Any) -> int:
+        if not self.is_replaying() and self.at(key):
+            self.crashed = True
+            raise Crash()
+        return super().start_op(key, spec)
+
+
+async def _lease(dsn: str, thread: str) -> tuple[str, str | None, bool]:
+    async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
+        cur = await conn.execute(
+            "SELECT run_id, ended, expires_at > now() FROM lgd_leases WHERE thread_id = %s",
+            (thread,),
+        )
+        row = await cur.fetchone()
+    assert row is not None
+    return row[0], row[1], row[2]
+
+
+async def test_the_lease_is_the_runs_not_an_attempts(
+    saver: DeterministicSaver, reference: dict[str, Any], dsn: str, tmp_path: Path
+) -> None:
+    """A journaled run holds its thread from its start op to its commit, whatever its
+    attempts do: an attempt whose graph call raises (suspended, killed) does not end the
+    run as 'error', a replay (which never admits again) still holds it, and the commit
+    releases it as 'ok' in its transaction, so the next turn is admitted."""
+    thread = f"lease-{uuid.uuid4().hex[:8]}"
+    effects = tmp_path / "effects.log"
+    graph = restate_app.hitl_graph(saver)
+    outs = []
+    for spec in TURNS:
+        req = {**spec, "effects": str(effects), "gate": None}
+        restate_app._REQ["current"] = req
+        run = f"{thread}:turn{spec['turn']}"
+        store = Store()
+        if spec["turn"] == 2:  # a turn that ends by returning (not at an interrupt)
+            # Attempt 1 dies in a node, after the start op admitted the run.
+            with pytest.raises(Crash):
+                await DeterministicRunner(journal=FakeJournal(CrashAtOp(
+                    store, lambda k: START_OP not in k))).ainvoke(
+                        graph, restate_app.hitl_input(req), run_config(thread, run))
+            assert await _lease(dsn, thread) == (run, None, True)
+            # Attempt 2 replays, the graph returns, and it dies before the commit.
+            with pytest.raises(Crash):
+                await DeterministicRunner(journal=FakeJournal(CrashAtOp(
+                    store, lambda k: COMMIT_OP in k))).ainvoke(
+                        graph, restate_app.hitl_input(req), run_config(thread, run))
+            assert await _lease(dsn, thread) == (run, None, True)
+            # The run is in flight: another run is refused, with nothing written.
+            before = await graph.aget_state({"configurable": {"thread_id": thread}})
+            with pytest.raises(ThreadBusyError):
+                await graph.ainvoke(restate_app.hitl_input({**TURNS[2], "effects": str(effects),
+                                                            "gate": None}),
+                                    run_config(thread, f"{thread}:other"))
+            after = await graph.aget_state({"configurable": {"thread_id": thread}})
+            assert after.config == before.config
+        runner = DeterministicRunner(journal=FakeJournal(FakeAttempt(store, io_ticks=lambda _n: 1)))
+        out = await runner.ainvoke(graph, restate_app.hitl_input(req), run_config(thread, run))
+        outs.append(restate_app.hitl_output(out))
+        got_run, ended, _ = await _lease(dsn, thread)
+        assert (got_run, ended) == (run, "ok")  # released by the commit
+    for got, want in zip(outs, reference["outs"], strict=True):
+        assert got["results"] == want["results"] and got["summary"] == want["summary"]
     facts = await _facts(saver, thread)
     assert facts["history"] == reference["history"]
     assert facts["runs"] == reference["runs"]

@@ -501,11 +501,13 @@ def _unadmit_params(info: CallInfo, attempt: str, admission: Admission) -> dict[
 
 def release_lease(held: HeldLease, ended: str) -> Operation[None]:
     """The graph call of a lease holder returned (``ok``) or raised (``error``)."""
-    yield Batch.write(
-        Statement(
-            queries()["release_lease"],
-            {"thread_id": held.thread_id, "attempt": held.attempt, "ended": ended},
-        )
+    yield Batch.write(_release_statement(held, ended))
+
+
+def _release_statement(held: HeldLease, ended: str) -> Statement:
+    return Statement(
+        queries()["release_lease"],
+        {"thread_id": held.thread_id, "attempt": held.attempt, "ended": ended},
     )
 
 
@@ -913,7 +915,10 @@ def delta_history(
 BufferedWrite = tuple[Any, ...]
 
 def put_batch(
-    codec: Codec, items: Sequence[BufferedWrite], contract: RunContract | None = None
+    codec: Codec,
+    items: Sequence[BufferedWrite],
+    contract: RunContract | None = None,
+    release: tuple[HeldLease, str] | None = None,
 ) -> Operation[str | None]:
     """Store a run's buffered checkpoint writes atomically, at most once.
 
@@ -923,8 +928,16 @@ def put_batch(
     the run started from (the parent of its first root checkpoint) already has a child
     written by the same run (an earlier execution of this commit got through, e.g. before
     a crash), nothing is written and that child's id is returned; otherwise None.
+
+    ``release`` (the run's lease and ``ok``/``error``): the commit ends the run, so it
+    releases the lease in the same transaction. Under a journal the graph call of one
+    attempt is not the run (a suspended or killed attempt raises through it, a replay
+    never admits), so the call's callbacks must not decide the lease.
     """
+    end = None if release is None else _release_statement(*release)
     if not items:
+        if end is not None:
+            yield Batch.write(end)
         return None
     if contract is None:
         contract = _NO_CONTRACT
@@ -941,6 +954,8 @@ def put_batch(
         check = {"thread_id": thread_id, "parent": parent, "run_id": info.run_id}
         (rows,) = yield Batch.read(queries()["child_of_run"], check)
         if rows:
+            if end is not None:  # released by that commit already, unless it predates this
+                yield Batch.write(end)
             return str(rows[0][0])
     statements: list[Statement] = []
     infos: list[CallInfo] = []
@@ -962,6 +977,8 @@ def put_batch(
         assert batch.atomic, f"{kind} now starts with a read; put_batch must drive it"
         statements.extend(batch.statements)
         op.close()
+    if end is not None:
+        statements.append(end)
     try:
         yield Batch.write(*statements)
     except Exception as exc:
@@ -972,6 +989,8 @@ def put_batch(
                 return str(rows[0][0])
         for info in infos:
             if (ours := translate_guard_error(exc, info)) is not None:
+                if release is not None:  # refused: the run raised, as a direct call would
+                    yield Batch.write(_release_statement(release[0], "error"))
                 raise ours from None
         raise
     return None

@@ -7,6 +7,8 @@ checkpoint write renews it. Two things happen outside any saver call, so they li
 * **release**: the call's ``RunInputRecorder`` (from ``run_config``) hears the root chain
   end or fail before ``invoke``/``ainvoke`` returns; it then releases the lease, so the
   next run on the thread is admitted at once (and a queue waiter is woken by NOTIFY).
+  Under DeterministicRunner with a journal the run's commit releases it instead
+  (``DeterministicSaver.astart_journaled_run`` / ``aput_batch(..., release=...)``).
 * **heartbeat**: a node may run longer than the lease TTL without writing (a slow tool or
   model call). One daemon thread per saver renews the leases of every graph run in flight
   in this process, one statement every ``ttl / 3``, and only while there are any.
@@ -51,17 +53,21 @@ class LeaseKeeper:
         if is_async:
 
             async def arelease(ended: str) -> None:
-                self._forget(held)
+                self.forget(held)
                 await self._arun(_core.release_lease(held, ended))
 
             recorder.bind_release(arelease, is_async=True)
         else:
 
             def release(ended: str) -> None:
-                self._forget(held)
+                self.forget(held)
                 self._run(_core.release_lease(held, ended))
 
             recorder.bind_release(release, is_async=False)
+        self.keep(held)
+
+    def keep(self, held: HeldLease) -> None:
+        """Renew ``held`` by the heartbeat until :meth:`forget` (or its release)."""
         with self._lock:
             self._held[held.attempt] = held
             if self._thread is None or not self._thread.is_alive():
@@ -70,7 +76,7 @@ class LeaseKeeper:
                 )
                 self._thread.start()
 
-    def _forget(self, held: HeldLease) -> None:
+    def forget(self, held: HeldLease) -> None:
         with self._lock:
             self._held.pop(held.attempt, None)
 

@@ -59,10 +59,12 @@ from langgraph_deterministic.checkpointer._core import Batch, Operation, Results
 from langgraph_deterministic.checkpointer._leases import LeaseKeeper
 from langgraph_deterministic.checkpointer.contract import (
     DEFAULT_METADATA_KEYS,
+    HeldLease,
     MultitaskStrategy,
     RunContract,
     RunRecord,
     check_strategy,
+    find_recorder,
 )
 from langgraph_deterministic.errors import ConfigurationError, SaverClosedError
 
@@ -744,9 +746,14 @@ class DeterministicSaver(BaseCheckpointSaver[str]):
     ) -> None:
         self._run(_core.put_writes(self._codec, config, writes, task_id, task_path, self.contract))
 
-    def put_batch(self, items: Sequence[_core.BufferedWrite]) -> str | None:
+    def put_batch(
+        self,
+        items: Sequence[_core.BufferedWrite],
+        *,
+        release: tuple[HeldLease, str] | None = None,
+    ) -> str | None:
         """:meth:`aput_batch`, sync."""
-        return self._run(_core.put_batch(self._codec, items, self.contract))
+        return self._run(_core.put_batch(self._codec, items, self.contract, release))
 
     def delete_thread(self, thread_id: str) -> None:
         self._run(_core.delete_thread(thread_id))
@@ -810,15 +817,47 @@ class DeterministicSaver(BaseCheckpointSaver[str]):
             _core.put_writes(self._codec, config, writes, task_id, task_path, self.contract)
         )
 
-    async def aput_batch(self, items: Sequence[_core.BufferedWrite]) -> str | None:
+    async def aput_batch(
+        self,
+        items: Sequence[_core.BufferedWrite],
+        *,
+        release: tuple[HeldLease, str] | None = None,
+    ) -> str | None:
         """Store buffered ``aput``/``aput_writes`` calls of one run in one transaction.
 
         For DeterministicRunner under a durable journal: it buffers a run's writes and
         commits them once. Idempotent per run: when the checkpoint the run started from
         already has a child written by the same run (an earlier commit got through),
-        nothing is written and that child's id is returned; otherwise None.
+        nothing is written and that child's id is returned; otherwise None. ``release``
+        (the lease from :meth:`astart_journaled_run`, ``"ok"`` or ``"error"``): the commit
+        ends the run and frees its thread in the same transaction.
         """
-        return await self._arun(_core.put_batch(self._codec, items, self.contract))
+        return await self._arun(_core.put_batch(self._codec, items, self.contract, release))
+
+    async def astart_journaled_run(
+        self, config: RunnableConfig
+    ) -> tuple[CheckpointTuple | None, HeldLease | None]:
+        """:meth:`aget_tuple` for the start of a graph run DeterministicRunner drives under
+        a durable journal: the same admission and start checks, but the lease is returned
+        instead of being released when this process's graph call returns or raises. Such a
+        run outlives its attempts (a suspended or killed attempt raises through the graph
+        call; a replay never loads the thread again), so its commit releases the lease
+        (:meth:`aput_batch`) and the runner keeps it alive meanwhile (:meth:`keep_lease`).
+        """
+        found = await self._arun(_core.get_tuple(self._codec, config, self.contract))
+        recorder = find_recorder(config)
+        held = None
+        if recorder is not None:
+            held, recorder.held = recorder.held, None
+        return found, held
+
+    def keep_lease(self, held: HeldLease, *, alive: bool = True) -> None:
+        """Renew ``held`` by this saver's heartbeat (``alive=False``: stop renewing it;
+        the lease then ends at its release or expires)."""
+        if alive:
+            self._leases.keep(held)
+        else:
+            self._leases.forget(held)
 
     async def adelete_thread(self, thread_id: str) -> None:
         await self._arun(_core.delete_thread(thread_id))

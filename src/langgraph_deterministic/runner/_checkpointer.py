@@ -17,7 +17,12 @@ So, for the length of one runner call, the graph's saver is wrapped:
 * **One commit.** When the graph returns (or raises), a durable op (``lgd:checkpoint:commit``)
   stores the buffered writes in one transaction with the saver's usual guards and ledger
   (``DeterministicSaver.aput_batch``), at most once per run, and journals the graph's
-  output. Every execution returns that journaled output, so what the caller sees (message
+  output.
+* **The lease is the run's.** The thread's lease (multitask strategies) is taken by the
+  start op and released by the commit, in its transaction (``ok``, or ``error`` when the
+  graph raised). An attempt that is suspended or killed raises through the graph call
+  without being the run's end, and a replay never admits again, so the graph call's
+  callbacks do not release it; each execution keeps it alive while it runs. Every execution returns that journaled output, so what the caller sees (message
   ids, interrupt ids) is what the thread holds.
 
 A Restate retry replays the same run (same run id, same pin); a new invocation is a new
@@ -44,7 +49,7 @@ from langgraph.checkpoint.base import (
 )
 from langgraph.checkpoint.memory import InMemorySaver
 
-from langgraph_deterministic.checkpointer.contract import ATTEMPT_KEY, RUN_ID_KEY
+from langgraph_deterministic.checkpointer.contract import ATTEMPT_KEY, RUN_ID_KEY, HeldLease
 from langgraph_deterministic.errors import NondeterminismError
 
 from ._context import RunSpec, current_scheduler, request
@@ -91,6 +96,8 @@ class JournaledCheckpointer(BaseCheckpointSaver[str]):
         self._log: list[tuple[Any, ...]] = []
         self._started = False
         self._pin: CheckpointTuple | None = None
+        #: the run's lease (journaled by the start op); released by the commit
+        self._held: HeldLease | None = None
 
     # -- what a write snapshot is ---------------------------------------------------------
 
@@ -171,16 +178,25 @@ class JournaledCheckpointer(BaseCheckpointSaver[str]):
         saver = self._saver
 
         async def start() -> dict[str, Any]:
-            found = await saver.aget_tuple(config)  # the saver's start checks
+            # the saver's start checks and admission; the lease is the run's, not this
+            # attempt's call: the commit releases it
+            found, held = await saver.astart_journaled_run(config)
+            lease = None if held is None else [held.thread_id, held.run_id, held.attempt]
             if found is None:
-                return {"checkpoint_id": None}
+                return {"checkpoint_id": None, "lease": lease}
             return {
                 "checkpoint_id": found.config["configurable"]["checkpoint_id"],
                 "attempt": found.config["configurable"].get(ATTEMPT_KEY),
                 "writes": self._snapshot(found),
+                "lease": lease,
             }
 
         pinned = await _journaled(START_OP, start)
+        if pinned.get("lease"):
+            # Every execution of the run holds the lease until the commit: keep it alive
+            # while this one runs (a replay as much as the first).
+            self._held = HeldLease(*pinned["lease"])
+            saver.keep_lease(self._held)
         if not pinned.get("checkpoint_id"):
             return
         conf = config.get("configurable") or {}
@@ -255,12 +271,15 @@ class JournaledCheckpointer(BaseCheckpointSaver[str]):
         sched = current_scheduler()
         return sched is not None and sched.fatal is None
 
-    async def commit(self, output: Any, *, keep_output: bool = True) -> Any:
-        """Store the run's writes once; return the output of the execution that did."""
+    async def commit(self, output: Any, *, keep_output: bool = True, ended: str = "ok") -> Any:
+        """Store the run's writes once and end the run (its lease released as ``ended``:
+        ``ok`` when the graph returned, ``error`` when it raised); return the output of
+        the execution that did."""
         saver, log, serde = self._saver, self._log, self.serde
+        release = None if self._held is None else (self._held, ended)
 
         async def commit() -> dict[str, Any]:
-            continued_by = await saver.aput_batch(log)
+            continued_by = await saver.aput_batch(log, release=release)
             encoded = None
             if keep_output:
                 try:
@@ -270,9 +289,16 @@ class JournaledCheckpointer(BaseCheckpointSaver[str]):
             return {"continued_by": continued_by, "output": encoded}
 
         done = await _journaled(COMMIT_OP, commit)
+        self.close()
         if done.get("output") is None:
             return output
         return _decode(serde, done["output"])
+
+    def close(self) -> None:
+        """This execution is over: stop renewing the lease. Without a commit (an attempt
+        suspended or killed) it stays held, for the run's next attempt or until it expires."""
+        if self._held is not None:
+            self._saver.keep_lease(self._held, alive=False)
 
     # -- the sync API is not used by async runs -------------------------------------------
 

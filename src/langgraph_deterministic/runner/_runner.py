@@ -333,12 +333,15 @@ class DeterministicRunner:
             if store is None:
                 return await graph.ainvoke(input, cfg, **kwargs)
             try:
-                out = await run_graph.ainvoke(input, cfg, **kwargs)
-            except Exception:
-                if store.can_commit():
-                    await store.commit(None, keep_output=False)
-                raise
-            return await store.commit(out)
+                try:
+                    out = await run_graph.ainvoke(input, cfg, **kwargs)
+                except Exception:
+                    if store.can_commit():
+                        await store.commit(None, keep_output=False, ended="error")
+                    raise
+                return await store.commit(out)
+            finally:
+                store.close()
 
     async def astream(
         self, graph: Any, input: Any, config: Any = None, **kwargs: Any
@@ -350,14 +353,18 @@ class DeterministicRunner:
         async with self._session(config) as cfg:
             run_graph, store = self._pinned(graph)
             try:
-                async for chunk in run_graph.astream(input, cfg, **kwargs):
-                    yield chunk
-            except Exception:
-                if store is not None and store.can_commit():
+                try:
+                    async for chunk in run_graph.astream(input, cfg, **kwargs):
+                        yield chunk
+                except Exception:
+                    if store is not None and store.can_commit():
+                        await store.commit(None, keep_output=False, ended="error")
+                    raise
+                if store is not None:
                     await store.commit(None, keep_output=False)
-                raise
-            if store is not None:
-                await store.commit(None, keep_output=False)
+            finally:
+                if store is not None:
+                    store.close()
 
     def _sync_session(self, config: Any) -> AbstractContextManager[dict[str, Any]]:
         if not self._keyed:
