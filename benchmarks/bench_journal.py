@@ -1,8 +1,9 @@
 """What PostgresJournal costs: a durable op against a bare call, and a graph run with 20
 durable ops against the same graph without the journal.
 
-Both sides run in this process, interleaved (the order flips every round), on the SAME
-DeterministicSaver (so the same pool of the same size); the peer side runs the same graph
+All sides run in this process, interleaved (the order rotates every round), on the SAME
+DeterministicSaver (so the same pool of the same size), with two journal variants (a claim
+before every new op, and claim-ahead, the default); the peer side runs the same graph
 with ``graph.ainvoke`` / ``graph.invoke``, where ``durable()`` / ``durable_sync()`` simply
 call the function. Ratios are ``journal time / bare time`` (lower is better; the target for
 the graph runs is <= 1.15 with ops of 5 ms each). Round trips per op are counted by the
@@ -83,9 +84,19 @@ def ratio_line(name: str, ours: list[float], peer: list[float], per: int, note: 
     o_ms, p_ms = statistics.median(ours) * 1e3, statistics.median(peer) * 1e3
     added_us = (o_ms - p_ms) * 1e3 / per
     return (
-        f"{name:<26} journal {o_ms:8.2f} ms  bare {p_ms:8.2f} ms  ratio {statistics.median(ratios):.3f}x "
+        f"{name:<42} journal {o_ms:8.2f} ms  bare {p_ms:8.2f} ms  ratio {statistics.median(ratios):.3f}x "
         f"(rounds {min(ratios):.3f}-{max(ratios):.3f})  +{added_us:7.0f} us/op  {note}"
     )
+
+
+# The journal's variants, each run against the same bare graph: a claim before every new
+# op (claim_ahead=0, the protocol before claim-ahead), and claim-ahead (the default).
+VARIANTS = (("claim per op", 0.0), ("claim-ahead", 0.1))
+
+
+def _order(rnd: int, sides: list[str]) -> list[str]:
+    k = rnd % len(sides)
+    return sides[k:] + sides[:k]
 
 
 async def bench_async(dsn: str, rounds: int, runs: int) -> list[str]:
@@ -98,66 +109,78 @@ async def bench_async(dsn: str, rounds: int, runs: int) -> list[str]:
             ("op cost async (0 ms op)", 0.0, True),
             ("  same, async commit", 0.0, False),
         ):
-            journal = PostgresJournal(saver, synchronous_commit=sync_commit)
-            runner = DeterministicRunner(journal=journal)
+            runners = {
+                name: DeterministicRunner(
+                    journal=PostgresJournal(
+                        saver, synchronous_commit=sync_commit, claim_ahead=ahead
+                    )
+                )
+                for name, ahead in VARIANTS
+            }
             graph = graph_builder(op_s, sync=False).compile(checkpointer=saver)
-            ours: list[float] = []
-            peer: list[float] = []
-            trips = ops = 0
-            for rnd in range(rounds + 1):  # round 0 warms up both sides
-                sides = ["ours", "peer"] if rnd % 2 else ["peer", "ours"]
-                for side in sides:
+            times: dict[str, list[float]] = {side: [] for side in ["peer", *runners]}
+            trips = dict.fromkeys(runners, 0)
+            ops = dict.fromkeys(runners, 0)
+            for rnd in range(rounds + 1):  # round 0 warms up every side
+                for side in _order(rnd, list(times)):
                     t0 = time.perf_counter()
                     for _ in range(runs):
                         cfg = run_config(f"b-{uuid.uuid4().hex}", "r1")
-                        if side == "ours":
-                            await runner.ainvoke(graph, {"r": []}, cfg)
-                            trips += runner.last_stats.round_trips
-                            ops += len(runner.last_stats.executed)
-                        else:
+                        if side == "peer":
                             await graph.ainvoke({"r": []}, cfg)
+                        else:
+                            runner = runners[side]
+                            await runner.ainvoke(graph, {"r": []}, cfg)
+                            trips[side] += runner.last_stats.round_trips
+                            ops[side] += len(runner.last_stats.executed)
                     if rnd:
-                        (ours if side == "ours" else peer).append(time.perf_counter() - t0)
-            lines.append(
-                ratio_line(
-                    label,
-                    ours,
-                    peer,
-                    runs * NODES * OPS_PER_NODE,
-                    f"{trips / max(1, ops):.2f} round trips/op",
+                        times[side].append(time.perf_counter() - t0)
+            for name in runners:
+                lines.append(
+                    ratio_line(
+                        f"{label} [{name}]",
+                        times[name],
+                        times["peer"],
+                        runs * NODES * OPS_PER_NODE,
+                        f"{trips[name] / max(1, ops[name]):.2f} round trips/op",
+                    )
                 )
-            )
     return lines
 
 
 def bench_sync(dsn: str, rounds: int, runs: int) -> list[str]:
     with DeterministicSaver(dsn) as saver:
-        runner = DeterministicRunner(journal=PostgresJournal(saver))
+        runners = {
+            name: DeterministicRunner(journal=PostgresJournal(saver, claim_ahead=ahead))
+            for name, ahead in VARIANTS
+        }
         graph = graph_builder(0.005, sync=True).compile(checkpointer=saver)
-        ours: list[float] = []
-        peer: list[float] = []
-        trips = ops = 0
+        times: dict[str, list[float]] = {side: [] for side in ["peer", *runners]}
+        trips = dict.fromkeys(runners, 0)
+        ops = dict.fromkeys(runners, 0)
         for rnd in range(rounds + 1):
-            for side in ["ours", "peer"] if rnd % 2 else ["peer", "ours"]:
+            for side in _order(rnd, list(times)):
                 t0 = time.perf_counter()
                 for _ in range(runs):
                     cfg = run_config(f"b-{uuid.uuid4().hex}", "r1")
-                    if side == "ours":
-                        runner.invoke(graph, {"r": []}, cfg)
-                        trips += runner.last_stats.round_trips
-                        ops += len(runner.last_stats.executed)
-                    else:
+                    if side == "peer":
                         graph.invoke({"r": []}, cfg)
+                    else:
+                        runner = runners[side]
+                        runner.invoke(graph, {"r": []}, cfg)
+                        trips[side] += runner.last_stats.round_trips
+                        ops[side] += len(runner.last_stats.executed)
                 if rnd:
-                    (ours if side == "ours" else peer).append(time.perf_counter() - t0)
+                    times[side].append(time.perf_counter() - t0)
         return [
             ratio_line(
-                "graph 20 ops x 5ms sync",
-                ours,
-                peer,
+                f"graph 20 ops x 5ms sync [{name}]",
+                times[name],
+                times["peer"],
                 runs * NODES * OPS_PER_NODE,
-                f"{trips / max(1, ops):.2f} round trips/op",
+                f"{trips[name] / max(1, ops[name]):.2f} round trips/op",
             )
+            for name in runners
         ]
 
 

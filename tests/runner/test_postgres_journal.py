@@ -107,17 +107,24 @@ def two_op_graph(ops: Ops, **node_kw: Any) -> StateGraph[S]:
     return g
 
 
+# a long claim_ahead: the counts below must not depend on how loaded the machine is
+@pytest.mark.parametrize("claim_ahead", [60.0, 0.0])
 def test_a_retry_returns_stored_results_and_runs_the_unfinished_op_once(
-    saver: DeterministicSaver, db: str
+    saver: DeterministicSaver, db: str, claim_ahead: float
 ) -> None:
+    thread = f"t-retry-{claim_ahead}"
     ops = Ops()
     graph = two_op_graph(ops).compile(checkpointer=saver)
-    runner = DeterministicRunner(journal=PostgresJournal(saver))
+    runner = DeterministicRunner(journal=PostgresJournal(saver, claim_ahead=claim_ahead))
     ops.crash_at = "second"
     with pytest.raises(Crash):
-        runner.invoke(graph, {"r": []}, run_config("t-retry", "run-1"), durability="sync")
+        runner.invoke(graph, {"r": []}, run_config(thread, "run-1"), durability="sync")
     assert ops.calls == {"first": 1, "second": 1}
-    out = runner.invoke(graph, {"r": []}, run_config("t-retry", "run-1"), durability="sync")
+    # claim-ahead: "second" started on the fence check of first's outcome write (no claim),
+    # so its crashed execution left no row; without it, a claim before each new op.
+    assert runner.last_stats.ahead == (["second#0"] if claim_ahead else [])
+    assert runner.last_stats.round_trips == (2 if claim_ahead else 3)
+    out = runner.invoke(graph, {"r": []}, run_config(thread, "run-1"), durability="sync")
     assert out["r"] == ["v:first", "v:second"]
     assert ops.calls == {"first": 1, "second": 2}
     assert runner.last_stats.replayed == ["first#0"]
@@ -125,7 +132,10 @@ def test_a_retry_returns_stored_results_and_runs_the_unfinished_op_once(
     # the op run again kept its idempotency key
     assert ops.keys["second"][0] == ops.keys["second"][1]
     assert ops.keys["first"][0] != ops.keys["second"][0]
-    assert journal_rows(db, "t-retry") == [("first#0", "ok", 1), ("second#0", "ok", 2)]
+    # the retry: a claim that replays first and checks the fence, then second runs on it
+    assert runner.last_stats.round_trips == (2 if claim_ahead else 3)
+    executions = 1 if claim_ahead else 2  # executions counts claims
+    assert journal_rows(db, thread) == [("first#0", "ok", 1), ("second#0", "ok", executions)]
 
 
 async def test_async_nodes_gather_and_parallel_branches(db: str) -> None:
@@ -492,10 +502,114 @@ def test_sync_api_needs_a_keyed_journal() -> None:
 def test_async_commit_stores_outcomes_the_same_way(saver: DeterministicSaver, db: str) -> None:
     ops = Ops()
     graph = two_op_graph(ops).compile(checkpointer=saver)
-    runner = DeterministicRunner(journal=PostgresJournal(saver, synchronous_commit=False))
+    runner = DeterministicRunner(
+        journal=PostgresJournal(saver, synchronous_commit=False, claim_ahead=60)
+    )
     ops.crash_at = "second"
     with pytest.raises(Crash):
         runner.invoke(graph, {"r": []}, run_config("t-async-commit", "run-1"))
     runner.invoke(graph, {"r": []}, run_config("t-async-commit", "run-1"))
     assert ops.calls == {"first": 1, "second": 2}
-    assert journal_rows(db, "t-async-commit") == [("first#0", "ok", 1), ("second#0", "ok", 2)]
+    # "second" ran on claim-ahead both times: executions counts claims
+    assert journal_rows(db, "t-async-commit") == [("first#0", "ok", 1), ("second#0", "ok", 1)]
+
+
+def _fence_off(db: str, attempt: str) -> None:
+    """Another attempt's takeover, committed: what a retry's first claim does."""
+    with psycopg.connect(db, autocommit=True) as conn:
+        conn.execute(
+            "UPDATE lgd_journal_attempts SET fenced_by = 'retry', fenced_at = clock_timestamp() "
+            "WHERE attempt = %s",
+            (attempt,),
+        )
+
+
+def three_op_graph(ops: Ops, between: Any) -> StateGraph[S]:
+    def node(state: S) -> S:
+        a = durable_sync("a", ops, "a")
+        between()
+        b = durable_sync("b", ops, "b")
+        c = durable_sync("c", ops, "c")
+        return {"r": [a, b, c]}
+
+    g = StateGraph(S)
+    g.add_node("node", node)
+    g.add_edge(START, "node")
+    return g
+
+
+def test_claim_ahead_one_round_trip_per_new_op_and_zero_per_replayed_op(
+    saver: DeterministicSaver,
+) -> None:
+    ops = Ops()
+    graph = three_op_graph(ops, lambda: None).compile(checkpointer=saver)
+    runner = DeterministicRunner(journal=PostgresJournal(saver, claim_ahead=60))
+    ops.crash_at = "c"
+    with pytest.raises(Crash):
+        runner.invoke(graph, {"r": []}, run_config("t-ahead", "run-1"), durability="sync")
+    # a: claim + store; b: store only (ran on a's store's fence check); c: crashed
+    assert runner.last_stats.ahead == ["b#0", "c#0"]
+    assert runner.last_stats.round_trips == 3
+    out = runner.invoke(graph, {"r": []}, run_config("t-ahead", "run-1"), durability="sync")
+    assert out["r"] == ["v:a", "v:b", "v:c"]
+    # one claim read the task's outcomes: a and b replay with no statement, c runs on it
+    assert runner.last_stats.replayed == ["a#0", "b#0"]
+    assert runner.last_stats.ahead == ["c#0"]
+    assert runner.last_stats.round_trips == 2
+    assert ops.calls == {"a": 1, "b": 1, "c": 2}
+
+
+def test_a_takeover_before_the_fence_check_stops_the_next_op_before_it_runs(
+    saver: DeterministicSaver, db: str
+) -> None:
+    """The takeover commits while op a runs: a's outcome is still stored (its claim was
+    not taken over), but its store finds the attempt fenced, so b gets no claim-ahead:
+    its claim raises ConcurrentRunError before b's function runs."""
+    ops = Ops()
+    runner = DeterministicRunner(journal=PostgresJournal(saver))
+
+    def a_then_takeover(name: str) -> str:
+        _fence_off(db, runner.last_stats.attempt)
+        return ops(name)
+
+    def node(state: S) -> S:
+        a = durable_sync("a", a_then_takeover, "a")
+        b = durable_sync("b", ops, "b")
+        return {"r": [a, b]}
+
+    g = StateGraph(S)
+    g.add_node("node", node)
+    g.add_edge(START, "node")
+    with pytest.raises(ConcurrentRunError, match="lost the thread"):
+        runner.invoke(g.compile(checkpointer=saver), {"r": []}, run_config("t-ahead-fence", "run-1"))
+    assert ops.calls == {"a": 1}
+    assert runner.last_stats.fenced == ["b#0"] and runner.last_stats.ahead == []
+    assert journal_rows(db, "t-ahead-fence") == [("a#0", "ok", 1)]
+
+
+def test_a_takeover_after_the_fence_check_refuses_the_outcome(
+    saver: DeterministicSaver, db: str
+) -> None:
+    """The takeover commits after a's store checked the fence (node code between two ops):
+    b started on that check, as an op claimed just before a takeover would have; its
+    outcome is refused, so the retry runs it (at least once) and c never runs here."""
+    ops = Ops()
+    runner = DeterministicRunner(journal=PostgresJournal(saver, claim_ahead=60))
+    graph = three_op_graph(ops, lambda: _fence_off(db, runner.last_stats.attempt))
+    with pytest.raises(ConcurrentRunError, match="was not stored"):
+        runner.invoke(graph.compile(checkpointer=saver), {"r": []}, run_config("t-late", "run-1"))
+    assert ops.calls == {"a": 1, "b": 1}
+    assert runner.last_stats.ahead == ["b#0"]
+    assert journal_rows(db, "t-late") == [("a#0", "ok", 1)]
+
+
+def test_claim_ahead_expires(saver: DeterministicSaver) -> None:
+    """Node code slower than claim_ahead between two ops: the next op claims first."""
+    ops = Ops()
+    graph = three_op_graph(ops, lambda: threading.Event().wait(0.05))
+    runner = DeterministicRunner(journal=PostgresJournal(saver, claim_ahead=0.01))
+    runner.invoke(graph.compile(checkpointer=saver), {"r": []}, run_config("t-exp", "run-1"))
+    assert "b#0" not in runner.last_stats.ahead  # its fence check was 50 ms old
+    assert runner.last_stats.round_trips in (5, 6)  # c: on b's store's check, if fresh
+    with pytest.raises(ConfigurationError, match="claim_ahead"):
+        PostgresJournal(saver, claim_ahead=-1)

@@ -12,17 +12,25 @@ and parallel tasks need no ordering at all. ``n`` counts ops of one name within 
 execution of the node (a node retried by its RetryPolicy starts counting again, so it
 finds the ops its first execution stored).
 
-Per op, one statement before the function runs and one after:
+Per op, at most one statement (the rule, with its proof obligations, is in
+docs/durable-ops-without-restate.md, "Round trips and the fence"):
 
-1. ``lgd_journal_claim_v1`` (migration 0012) returns the stored outcome, if any (the op is
-   not run again), or claims the op for this attempt. It raises ``LG430`` if the attempt
-   has lost the thread: another attempt took over one of its ops, or continued the
-   checkpoint its task runs from (the saver's chain). Then ``fn`` never runs.
-2. The outcome (result, or terminal error) is stored with a conditional UPDATE that holds
-   only while this attempt still holds the claim; it is stored before it is returned.
+1. A task's first op sends ``lgd_journal_claim_v2`` (migration 0013): the claim of
+   ``lgd_journal_claim_v1`` (0012: returns the op's stored outcome or claims it for this
+   attempt; raises ``LG430`` if the attempt lost the thread, and then ``fn`` never runs),
+   plus every other op the task has in the journal. The task's replayed ops need no
+   statement at all.
+2. Every outcome (result, or terminal error) is stored by ``lgd_journal_store_v2`` before
+   it is returned; the same statement checks the fence - the attempt is not fenced off,
+   its checkpoint not continued, nobody else holds the thread's lease - under the same
+   row lock a claim takes. A new op of the task that starts within ``claim_ahead``
+   seconds of that answer runs on that check (*claim-ahead*) instead of a claim of its
+   own, and its outcome is inserted only while the fence still holds. Anything else (an
+   op another attempt has claimed, a stale or failed check, the second of concurrent
+   ops) claims first, as in 1.
 
-An op in flight when its worker died has a claim and no outcome: the retry takes it over
-and runs it again (at-least-once; ``idempotency_key()`` lets the op's API deduplicate).
+An op in flight when its worker died has no outcome (a claim, or no row at all on
+claim-ahead): the retry takes it over or simply runs it again (at-least-once; ``idempotency_key()`` lets the op's API deduplicate).
 """
 
 from __future__ import annotations
@@ -33,6 +41,7 @@ import inspect
 import json
 import secrets
 import threading
+import time
 from collections.abc import Callable, Generator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -107,6 +116,8 @@ class JournalStats:
     executed: list[str] = field(default_factory=list)
     replayed: list[str] = field(default_factory=list)
     fenced: list[str] = field(default_factory=list)
+    #: executed ops that ran on the fence check of their task's previous statement
+    ahead: list[str] = field(default_factory=list)
     round_trips: int = 0
     #: op key -> server time of the claim that let this attempt run it
     claimed_at: dict[str, Any] = field(default_factory=dict)
@@ -125,10 +136,11 @@ def _lost(ref: OpRef, exc: BaseException) -> ConcurrentRunError:
     )
 
 
-def _claim(ref: OpRef) -> Generator[Batch, Any, tuple[str, str | None, bytes | None, Any]]:
+def _claim(ref: OpRef) -> Generator[Batch, Any, list[tuple[Any, ...]]]:
+    """``lgd_journal_claim_v2``: the task's other ops in the journal, then ``ref``'s row."""
     for attempt in range(_CLAIM_RETRIES):
         try:
-            (rows,) = yield Batch.read(queries()["journal_claim"], ref.params())
+            (rows,) = yield Batch.read(queries()["journal_claim_v2"], ref.params())
         except psycopg.errors.DeadlockDetected:
             if attempt == _CLAIM_RETRIES - 1:
                 raise
@@ -137,29 +149,57 @@ def _claim(ref: OpRef) -> Generator[Batch, Any, tuple[str, str | None, bytes | N
             if exc.sqlstate == SQLSTATE_LOST:
                 raise _lost(ref, exc) from None
             raise
-        status, type_, blob, claimed_at = rows[0]
-        return status, type_, blob, claimed_at
+        return list(rows)
     raise AssertionError("unreachable")  # pragma: no cover
 
 
 _ASYNC_COMMIT = Statement("SELECT set_config('synchronous_commit', 'off', true)")
 
 
-def _complete(
-    ref: OpRef, status: str, type_: str, blob: bytes, synchronous: bool = True
-) -> Generator[Batch, Any, None]:
-    params = {**ref.params(), "status": status, "type": type_, "blob": blob}
-    update = Statement(queries()["journal_complete"], params, fetch=True)
+def _store(
+    ref: OpRef,
+    claimed_at: Any,
+    claimed: bool,
+    status: str,
+    type_: str,
+    blob: bytes,
+    synchronous: bool = True,
+) -> Generator[Batch, Any, Any]:
+    """``lgd_journal_store_v2``: store the outcome; return the fence check the task's next
+    op may start on (None: this attempt no longer holds the thread)."""
+    params = {
+        **ref.params(),
+        "claimed": claimed,
+        "fence_at": None if claimed else claimed_at,
+        "status": status,
+        "type": type_,
+        "blob": blob,
+    }
+    store = Statement(queries()["journal_store_v2"], params, fetch=True)
     if synchronous:
-        (rows,) = yield Batch((update,))
+        (rows,) = yield Batch((store,))
     else:  # one pipeline, one implicit transaction: still one round trip
-        _, rows = yield Batch.write(_ASYNC_COMMIT, update)
-    if not rows:
+        _, rows = yield Batch.write(_ASYNC_COMMIT, store)
+    stored, fence_at = rows[0]
+    if not stored:
         raise ConcurrentRunError(
             f"The outcome of durable op {ref.op_key!r} of task {ref.task_ns!r} on thread "
-            f"{ref.thread_id!r} was not stored: another attempt took the op over while it "
-            "ran here (it runs it again, at least once in all). Stop this attempt."
+            f"{ref.thread_id!r} was not stored: another attempt took the op or the thread "
+            "over while it ran here (it runs the op again, at least once in all). Stop "
+            "this attempt."
         )
+    return fence_at
+
+
+@dataclass
+class _TaskView:
+    """What one session knows of a task's ops in the journal (read by its claims)."""
+
+    stored: dict[str, tuple[str, str | None, bytes | None]] = field(default_factory=dict)
+    #: ops claimed by an attempt when last read: only a claim may decide them
+    busy: set[str] = field(default_factory=set)
+    #: (server time, local monotonic time of the answer) of the newest fence check
+    fence: tuple[Any, float] | None = None
 
 
 # --- outcomes --------------------------------------------------------------------------
@@ -212,6 +252,7 @@ class _Session:
         self._lock = threading.Lock()  # sync nodes run in LangGraph's thread pool
         self._counters: dict[tuple[str, int], dict[str, int]] = {}
         self._inflight: set[tuple[str, str]] = set()
+        self._tasks: dict[str, _TaskView] = {}
 
     # identity -------------------------------------------------------------------------
 
@@ -289,10 +330,12 @@ class _Session:
             )
         return type_, blob
 
-    def _begin(self, ref: OpRef, claimed_at: Any) -> tuple[Any, Any]:
+    def _begin(self, ref: OpRef, claimed_at: Any, ahead: bool) -> tuple[Any, Any]:
         with self._lock:
             self._inflight.add((ref.task_ns, ref.op_key))
             self.stats.executed.append(ref.op_key)
+            if ahead:
+                self.stats.ahead.append(ref.op_key)
             self.stats.claimed_at[f"{ref.task_ns}/{ref.op_key}"] = claimed_at
         return IN_OP.set(ref.op_key), _IDEMPOTENCY_KEY.set(ref.idempotency_key)
 
@@ -307,21 +350,99 @@ class _Session:
             self.stats.fenced.append(ref.op_key)
             self.stats.round_trips += 1
 
+    def _count(self) -> None:
+        with self._lock:
+            self.stats.round_trips += 1
+
+    # the one-round-trip rule ---------------------------------------------------------
+
+    def _decide(self, ref: OpRef) -> tuple[str, Any]:
+        """How to start an op: ``("replay", stored)`` from what the task's last claim read;
+        ``("ahead", fence_at)``: run it on the fence check of the task's previous statement
+        (claim-ahead); ``("claim", None)``: one claim first."""
+        window = self._journal.claim_ahead
+        with self._lock:
+            view = self._tasks.get(ref.task_ns)
+            if view is None:
+                return "claim", None
+            hit = view.stored.get(ref.op_key)
+            if hit is not None:
+                return "replay", hit
+            fence, view.fence = view.fence, None  # one op per fence check
+            if (
+                fence is not None
+                and ref.op_key not in view.busy
+                and time.monotonic() - fence[1] <= window
+            ):
+                return "ahead", fence[0]
+            return "claim", None
+
+    def _claimed(
+        self, ref: OpRef, rows: list[tuple[Any, ...]]
+    ) -> tuple[str, str | None, bytes | None, Any]:
+        with self._lock:
+            view = self._tasks.setdefault(ref.task_ns, _TaskView())
+            for key, status, type_, blob, _, _ in rows[:-1]:
+                if status == "running":
+                    view.busy.add(key)
+                else:
+                    view.stored[key] = (status, type_, blob)
+                    view.busy.discard(key)
+            _, status, type_, blob, claimed_at, fence_at = rows[-1]
+            view.busy.discard(ref.op_key)
+            if status != "run":  # replayed: the claim's fence check is left to the next op
+                view.stored[ref.op_key] = (status, type_, blob)
+                if fence_at is not None:
+                    view.fence = (fence_at, time.monotonic())
+        return status, type_, blob, claimed_at
+
+    def _kept(self, ref: OpRef, status: str, type_: str, blob: bytes, fence_at: Any) -> None:
+        with self._lock:
+            view = self._tasks.setdefault(ref.task_ns, _TaskView())
+            view.stored[ref.op_key] = (status, type_, blob)
+            if fence_at is not None:
+                view.fence = (fence_at, time.monotonic())
+
+    async def _astore(
+        self, ref: OpRef, claimed_at: Any, claimed: bool, status: str, type_: str, blob: bytes
+    ) -> None:
+        self._count()
+        fence_at = await self._saver._arun(
+            _store(ref, claimed_at, claimed, status, type_, blob, self._sync_commit)
+        )
+        self._kept(ref, status, type_, blob, fence_at)
+
+    def _store_sync(
+        self, ref: OpRef, claimed_at: Any, claimed: bool, status: str, type_: str, blob: bytes
+    ) -> None:
+        self._count()
+        fence_at = self._saver._run(
+            _store(ref, claimed_at, claimed, status, type_, blob, self._sync_commit)
+        )
+        self._kept(ref, status, type_, blob, fence_at)
+
     # the op ------------------------------------------------------------------------
 
     async def arun_op(
         self, name: str, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
     ) -> Any:
         ref = self._ref(name)
-        try:
-            status, type_, blob, claimed_at = await self._saver._arun(_claim(ref))
-        except ConcurrentRunError:
-            self._fenced(ref)
-            raise
-        self.stats.round_trips += 1
-        if status != "run":
-            return self._stored(ref, status, type_, blob)
-        tokens = self._begin(ref, claimed_at)
+        action, found = self._decide(ref)
+        if action == "replay":
+            return self._stored(ref, *found)
+        claimed = action == "claim"
+        claimed_at = found
+        if claimed:
+            try:
+                rows = await self._saver._arun(_claim(ref))
+            except ConcurrentRunError:
+                self._fenced(ref)
+                raise
+            self._count()
+            status, type_, blob, claimed_at = self._claimed(ref, rows)
+            if status != "run":
+                return self._stored(ref, status, type_, blob)
+        tokens = self._begin(ref, claimed_at, ahead=not claimed)
         try:
             try:
                 value = fn(*args, **kwargs)
@@ -333,32 +454,34 @@ class _Session:
                 tokens = (IN_OP.set(None), _IDEMPOTENCY_KEY.set(None))
         except Exception as exc:
             if self._journal.is_terminal(exc) and not _never_stored(exc):
-                self.stats.round_trips += 1
-                await self._saver._arun(
-                    _complete(ref, "error", _ERROR_TYPE, _dump_error(exc), self._sync_commit)
-                )
+                await self._astore(ref, claimed_at, claimed, "error", _ERROR_TYPE, _dump_error(exc))
             raise
         finally:
             self._end(ref, tokens)
         type_, blob = self._encode(ref, value)
-        self.stats.round_trips += 1
-        await self._saver._arun(_complete(ref, "ok", type_, blob, self._sync_commit))
+        await self._astore(ref, claimed_at, claimed, "ok", type_, blob)
         return value
 
     def run_op(
         self, name: str, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
     ) -> Any:
         ref = self._ref(name)
-        try:
-            status, type_, blob, claimed_at = self._saver._run(_claim(ref))
-        except ConcurrentRunError:
-            self._fenced(ref)
-            raise
-        with self._lock:
-            self.stats.round_trips += 1
-        if status != "run":
-            return self._stored(ref, status, type_, blob)
-        tokens = self._begin(ref, claimed_at)
+        action, found = self._decide(ref)
+        if action == "replay":
+            return self._stored(ref, *found)
+        claimed = action == "claim"
+        claimed_at = found
+        if claimed:
+            try:
+                rows = self._saver._run(_claim(ref))
+            except ConcurrentRunError:
+                self._fenced(ref)
+                raise
+            self._count()
+            status, type_, blob, claimed_at = self._claimed(ref, rows)
+            if status != "run":
+                return self._stored(ref, status, type_, blob)
+        tokens = self._begin(ref, claimed_at, ahead=not claimed)
         try:
             try:
                 value = fn(*args, **kwargs)
@@ -373,16 +496,12 @@ class _Session:
                 tokens = (IN_OP.set(None), _IDEMPOTENCY_KEY.set(None))
         except Exception as exc:
             if self._journal.is_terminal(exc) and not _never_stored(exc):
-                with self._lock:
-                    self.stats.round_trips += 1
-                self._saver._run(_complete(ref, "error", _ERROR_TYPE, _dump_error(exc), self._sync_commit))
+                self._store_sync(ref, claimed_at, claimed, "error", _ERROR_TYPE, _dump_error(exc))
             raise
         finally:
             self._end(ref, tokens)
         type_, blob = self._encode(ref, value)
-        with self._lock:
-            self.stats.round_trips += 1
-        self._saver._run(_complete(ref, "ok", type_, blob, self._sync_commit))
+        self._store_sync(ref, claimed_at, claimed, "ok", type_, blob)
         return value
 
 
@@ -412,6 +531,10 @@ class PostgresJournal:
     *worker* loses nothing; a crash of the *Postgres server* within its WAL writer delay
     (200 ms by default) can lose the newest outcomes, and those ops run again (use
     idempotency keys). The claim before an op never waits for the flush.
+    ``claim_ahead`` (seconds, default 0.1; 0 turns it off): a new op whose task's previous
+    journal statement, answered at most this long ago, found the attempt still holding the
+    thread runs on that fence check instead of a claim of its own (one round trip per op;
+    the exact rule is in docs/durable-ops-without-restate.md).
     """
 
     keyed = True
@@ -423,6 +546,7 @@ class PostgresJournal:
         max_result_bytes: int | None = 8 * 1024 * 1024,
         is_terminal: Callable[[BaseException], bool] | None = None,
         synchronous_commit: bool = True,
+        claim_ahead: float = 0.1,
     ) -> None:
         from langgraph_deterministic.checkpointer.saver import DeterministicSaver
 
@@ -434,7 +558,13 @@ class PostgresJournal:
             )
         if max_result_bytes is not None and max_result_bytes <= 0:
             raise ConfigurationError("max_result_bytes must be positive (or None: no limit).")
+        if not claim_ahead >= 0:
+            raise ConfigurationError(
+                f"claim_ahead must be >= 0 seconds (0: a claim before every new op), got "
+                f"{claim_ahead!r}."
+            )
         self.saver = saver
+        self.claim_ahead = float(claim_ahead)
         self.max_result_bytes = max_result_bytes
         self.is_terminal = is_terminal or _default_terminal
         self.synchronous_commit = synchronous_commit

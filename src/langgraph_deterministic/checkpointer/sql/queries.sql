@@ -493,16 +493,15 @@ WHERE thread_id = %(thread_id)s AND checkpoint_ns = ''
   AND (metadata ->> 'run_id') IS NOT DISTINCT FROM %(run_id)s::text
 LIMIT 1
 
--- name: journal_claim
--- Claim a durable op, or read its stored outcome (migration 0012).
-SELECT status, type, blob, claimed_at FROM lgd_journal_claim_v1(
+-- name: journal_claim_v2
+-- Claim a durable op and read every other op its task has in the journal (migration 0013).
+SELECT op_key, status, type, blob, claimed_at, fence_at FROM lgd_journal_claim_v2(
     %(thread_id)s, %(task_ns)s, %(op_key)s, %(checkpoint_ns)s, %(checkpoint_id)s,
     %(run_id)s::text, %(attempt)s)
 
--- name: journal_complete
--- Store a durable op's outcome, only while this attempt still holds the op's claim.
-UPDATE lgd_journal
-SET status = %(status)s, type = %(type)s, blob = %(blob)s, completed_at = clock_timestamp()
-WHERE thread_id = %(thread_id)s AND task_ns = %(task_ns)s AND op_key = %(op_key)s
-  AND attempt = %(attempt)s AND status = 'running'
-RETURNING executions
+-- name: journal_store_v2
+-- Store a durable op's outcome; fence_at: the fence check the task's next op may start on.
+SELECT stored, fence_at FROM lgd_journal_store_v2(
+    %(thread_id)s, %(task_ns)s, %(op_key)s, %(checkpoint_ns)s, %(checkpoint_id)s,
+    %(run_id)s::text, %(attempt)s, %(claimed)s, %(fence_at)s::timestamptz, %(status)s,
+    %(type)s, %(blob)s)
