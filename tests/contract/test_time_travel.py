@@ -4,11 +4,14 @@ id, while an attempt that merely lost a race is still fenced (one child per line
 
 from __future__ import annotations
 
-from typing import Any
+import operator
+from typing import Annotated, Any, TypedDict
 
 import psycopg
 import pytest
 from langchain_core.runnables import RunnableConfig
+from langgraph.graph import START, StateGraph
+from langgraph.types import interrupt
 from tests.contract.graphs import ask, build_pipeline, effects
 
 from langgraph_deterministic.checkpointer import DeterministicSaver
@@ -109,3 +112,53 @@ def test_a_race_inside_one_branch_is_still_fenced(db: str, saver: DeterministicS
     with pytest.raises(ConcurrentRunError):
         saver.put(cfg2, cp2, step, {})  # type: ignore[arg-type]
     assert [r for _, r in children(db, thread, old)] == ["A", "R"]
+
+
+class _Sub(TypedDict):
+    items: Annotated[list[str], operator.add]
+
+
+def _nested(saver: DeterministicSaver, interrupting: bool = False) -> Any:
+    """parent: before -> sub (a stateful subgraph: a -> b) -> after."""
+
+    def a(state: _Sub) -> dict[str, list[str]]:
+        return {"items": ["a"]}
+
+    def b(state: _Sub) -> dict[str, list[str]]:
+        if interrupting:
+            return {"items": [f"b:{interrupt('answer?')}"]}
+        return {"items": ["b"]}
+
+    sub = StateGraph(_Sub)
+    sub.add_node("a", a)
+    sub.add_node("b", b)
+    sub.add_edge(START, "a")
+    sub.add_edge("a", "b")
+    parent = StateGraph(_Sub)
+    parent.add_node("before", lambda s: {"items": ["before"]})
+    parent.add_node("sub", sub.compile(checkpointer=True))
+    parent.add_node("after", lambda s: {"items": ["after"]})
+    parent.add_edge(START, "before")
+    parent.add_edge("before", "sub")
+    parent.add_edge("sub", "after")
+    return parent.compile(checkpointer=saver)
+
+
+@pytest.mark.parametrize("policy", ["require", "warn"])
+def test_a_branch_at_the_parent_continues_its_subgraphs(db: str, policy: Any) -> None:
+    """Replaying the parent from a checkpoint before a stateful subgraph ran: the subgraph
+    continues its own checkpoints under the branch's run id, a branch in every namespace
+    it writes, not a zombie of the first run."""
+    thread = f"travel-sub-{policy}"
+    with DeterministicSaver(db, run_id_policy=policy) as saver:
+        graph = _nested(saver)
+        assert graph.invoke({"items": []}, run_config(thread, "A"))["items"][-1] == "after"
+        history = list(graph.get_state_history(plain(thread)))
+        at_sub = next(s for s in history if s.next == ("sub",))
+        old = at_sub.config["configurable"]["checkpoint_id"]
+        out = graph.invoke(None, run_config(thread, "replay-1", checkpoint_id=old))
+        assert out["items"][-1] == "after"
+        assert [r for _, r in children(db, thread, old)] == ["A", "replay-1"]
+        out = graph.invoke(None, run_config(thread, "replay-2", checkpoint_id=old))
+        assert out["items"][-1] == "after"
+        assert [r for _, r in children(db, thread, old)] == ["A", "replay-1", "replay-2"]

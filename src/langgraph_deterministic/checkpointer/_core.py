@@ -41,6 +41,7 @@ from psycopg.types.json import Jsonb
 from langgraph_deterministic.checkpointer.contract import (
     ATTEMPT_KEY,
     BRANCH_KEY,
+    BRANCHING,
     RUN_ID_KEY,
     SQLSTATE_COMMAND_REPLAY,
     Admission,
@@ -472,11 +473,24 @@ def _start_graph_run(
     if admitted and info.recorder is not None and info.run_id is not None:
         info.recorder.held = HeldLease(thread_id, info.run_id, attempt)
     if loaded is None:
+        _note_branch(info, None)
         return None
     branch_from = None
     if addressed and row is not None and row[18] is not None and row[18] != addressed:
         branch_from = addressed  # a past checkpoint, addressed on purpose: a branch
+    _note_branch(info, branch_from)
     return _for_graph_run(loaded, info, attempt, branch_from)
+
+
+def _note_branch(info: CallInfo, branch_from: str | None) -> None:
+    """Tell this run's subgraphs whether it branches (see BRANCHING). LangGraph reloads the
+    head of a replay once it has forked it, unaddressed: the run is still the branch."""
+    if branch_from is not None:
+        BRANCHING.set((info.thread_id, info.run_id, branch_from))
+        return
+    current = BRANCHING.get()
+    if current is not None and current[:2] != (info.thread_id, info.run_id):
+        BRANCHING.set(None)
 
 
 def _unlisten(channel: str | None) -> Operation[None]:
