@@ -11,7 +11,7 @@ import psycopg
 import pytest
 from langchain_core.runnables import RunnableConfig
 from langgraph.graph import START, StateGraph
-from langgraph.types import interrupt
+from langgraph.types import Command, interrupt
 from tests.contract.graphs import ask, build_pipeline, effects
 
 from langgraph_deterministic.checkpointer import DeterministicSaver
@@ -162,3 +162,69 @@ def test_a_branch_at_the_parent_continues_its_subgraphs(db: str, policy: Any) ->
         out = graph.invoke(None, run_config(thread, "replay-2", checkpoint_id=old))
         assert out["items"][-1] == "after"
         assert [r for _, r in children(db, thread, old)] == ["A", "replay-1", "replay-2"]
+
+
+@pytest.mark.parametrize("policy", ["require", "warn"])
+def test_a_branch_resumes_an_interrupted_subgraph_anew(db: str, policy: Any) -> None:
+    """Time travel to the parent checkpoint at an interrupted subgraph, then a resume with
+    another answer: the branch's subgraph takes the new answer (its writes are not fenced
+    as a zombie's), the first run's history is kept."""
+    thread = f"travel-sub-interrupt-{policy}"
+    with DeterministicSaver(db, run_id_policy=policy) as saver:
+        graph = _nested(saver, interrupting=True)
+        graph.invoke({"items": []}, run_config(thread, "A"))
+        first = graph.invoke(Command(resume="old"), run_config(thread, "A-resume"))
+        assert "b:old" in first["items"] and first["items"][-1] == "after"
+        history = list(graph.get_state_history(plain(thread)))
+        at_sub = [s for s in history if s.next == ("sub",)][-1]  # the oldest: before sub ran
+        old = at_sub.config["configurable"]["checkpoint_id"]
+        paused = graph.invoke(None, run_config(thread, "B", checkpoint_id=old))
+        assert "__interrupt__" in paused
+        out = graph.invoke(Command(resume="new"), run_config(thread, "B-resume"))
+        assert "b:new" in out["items"] and "b:old" not in out["items"]
+        assert out["items"][-1] == "after"
+
+
+def test_a_subgraph_race_inside_a_branch_is_still_fenced(db: str) -> None:
+    """Two attempts of the same branching run write the same subgraph checkpoint's child:
+    the second is a zombie, in the subgraph's namespace too."""
+    thread = "travel-sub-race"
+    with DeterministicSaver(db) as saver:
+        graph = _nested(saver)
+        graph.invoke({"items": []}, run_config(thread, "A"))
+        old = next(s for s in graph.get_state_history(plain(thread)) if s.next == ("sub",)).config[
+            "configurable"
+        ]["checkpoint_id"]
+        config = run_config(thread, "R", checkpoint_id=old)
+        config["configurable"]["__pregel_runtime"] = object()
+        assert saver.get_tuple(config) is not None  # R branches at the root
+        sub = {
+            "configurable": {"thread_id": thread, "checkpoint_ns": "sub", "__pregel_runtime": 1},
+            "metadata": {"run_id": "R"},
+        }
+        # The subgraph's first checkpoint, which run A continued already.
+        with psycopg.connect(db) as conn:
+            row = conn.execute(
+                "SELECT min(checkpoint_id) FROM checkpoints WHERE thread_id = %s "
+                "AND checkpoint_ns = 'sub'",
+                (thread,),
+            ).fetchone()
+        assert row is not None
+        sub["configurable"]["checkpoint_id"] = row[0]
+        found = saver.get_tuple(sub)
+        assert found is not None
+        base = {**found.config, "metadata": {"run_id": "R"}}
+        base["configurable"] = {**found.config["configurable"], "__pregel_runtime": 1}
+        step = {"source": "loop", "step": 9, "parents": {}}
+        cp1 = {**found.checkpoint, "id": f"1fffffff-ffff-6fff-bfff-{'1' * 12}"}
+        cp2 = {**found.checkpoint, "id": f"1fffffff-ffff-6fff-bfff-{'2' * 12}"}
+        saver.put(base, cp1, step, {})  # type: ignore[arg-type]  # R's branch in 'sub'
+        with pytest.raises(ConcurrentRunError):
+            saver.put(base, cp2, step, {})  # type: ignore[arg-type]  # R again: a race
+        with psycopg.connect(db) as conn:
+            slots = conn.execute(
+                "SELECT parent_checkpoint_id, run_id FROM lgd_chain WHERE thread_id = %s "
+                "AND checkpoint_ns = 'sub' AND parent_checkpoint_id LIKE %s ORDER BY 1",
+                (thread, row[0] + "%"),
+            ).fetchall()
+        assert slots == [(row[0], "A"), (f"{row[0]}~R", "R")]

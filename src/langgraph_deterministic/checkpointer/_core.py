@@ -483,13 +483,16 @@ def _start_graph_run(
 
 
 def _note_branch(info: CallInfo, branch_from: str | None) -> None:
-    """Tell this run's subgraphs whether it branches (see BRANCHING). LangGraph reloads the
-    head of a replay once it has forked it, unaddressed: the run is still the branch."""
+    """Tell this run's subgraphs whether it branches (see BRANCHING). Right after an
+    addressed load LangGraph loads the thread's latest checkpoint, unaddressed, to see
+    whether the addressed one was superseded: that probe of the same run keeps the mark."""
     if branch_from is not None:
-        BRANCHING.set((info.thread_id, info.run_id, branch_from))
+        BRANCHING.set((info.thread_id, info.run_id, branch_from, True))
         return
     current = BRANCHING.get()
-    if current is not None and current[:2] != (info.thread_id, info.run_id):
+    if current is not None and current[3] and current[:2] == (info.thread_id, info.run_id):
+        BRANCHING.set((*current[:3], False))  # the probe: once
+    else:
         BRANCHING.set(None)
 
 
@@ -928,6 +931,7 @@ def delta_history(
 #: ``("writes", config, writes, task_id, task_path)``, in the order LangGraph made them.
 BufferedWrite = tuple[Any, ...]
 
+
 def put_batch(
     codec: Codec,
     items: Sequence[BufferedWrite],
@@ -956,8 +960,11 @@ def put_batch(
     if contract is None:
         contract = _NO_CONTRACT
     first_root = next(
-        (i for i in items if i[0] == "put" and not (i[1].get("configurable") or {}).get(
-            "checkpoint_ns")),
+        (
+            i
+            for i in items
+            if i[0] == "put" and not (i[1].get("configurable") or {}).get("checkpoint_ns")
+        ),
         None,
     )
     check: dict[str, Any] | None = None

@@ -88,12 +88,13 @@ MULTITASK_KEY = "__lgd_multitask_strategy"
 #: Configurable key ``get_tuple`` hands a graph run addressed at a past checkpoint: the
 #: checkpoint it branches from on purpose (LangGraph copies it into the run's writes).
 BRANCH_KEY = "__lgd_branch"
-#: The branch a root graph run loaded in this context: (thread, run id, branch point).
+#: The branch a root graph run loaded in this context: (thread, run id, branch point,
+#: whether LangGraph's superseded probe is still to come: see _core._note_branch).
 #: LangGraph hands its subgraphs neither the root's loaded config nor our keys in it, but
 #: runs their tasks in copies of this context, so a subgraph of a branching run learns it
 #: here (for the same thread and run id only: the value outlives the call).
-BRANCHING: contextvars.ContextVar[tuple[str, str | None, str] | None] = contextvars.ContextVar(
-    "lgd_branching", default=None
+BRANCHING: contextvars.ContextVar[tuple[str, str | None, str, bool] | None] = (
+    contextvars.ContextVar("lgd_branching", default=None)
 )
 NULL_TASK_ID = "00000000-0000-0000-0000-000000000000"
 INTERRUPT = "__interrupt__"
@@ -137,8 +138,7 @@ SQLSTATE_LEASED = "LG413"
 def check_strategy(value: Any) -> MultitaskStrategy:
     if value not in STRATEGIES:
         raise ConfigurationError(
-            f"multitask_strategy must be one of {', '.join(map(repr, STRATEGIES))}, not "
-            f"{value!r}."
+            f"multitask_strategy must be one of {', '.join(map(repr, STRATEGIES))}, not {value!r}."
         )
     return value  # type: ignore[no-any-return]
 
@@ -598,7 +598,9 @@ class RunContract:
             "`langgraph-deterministic audit` / `langgraph-deterministic repair`."
         )
 
-    def check_stuck_head(self, info: CallInfo, head: CheckpointTuple, kind: InputKind | None) -> None:
+    def check_stuck_head(
+        self, info: CallInfo, head: CheckpointTuple, kind: InputKind | None
+    ) -> None:
         """A new input on a thread whose head is stuck on a tool call that nothing explains
         (no lease, no ledger row: a thread written before this saver, or by the peer):
         refused under "require", warned about under "warn"."""

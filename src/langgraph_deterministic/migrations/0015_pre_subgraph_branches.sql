@@ -5,7 +5,8 @@
 -- differs from v3 only outside the root namespace: there a branch writer (p_branch)
 -- claims its lineage slot ('<parent>~<run>') when the parent's slot is held by ANOTHER
 -- run, the first checkpoint of a namespace included (parent ''); a slot held by another
--- attempt of the same run is a race, still refused (LG409). The root keeps v3's rule.
+-- attempt of the same run is a race, still refused (LG409); without run ids (policy
+-- "warn") lineages are told apart by attempt. The root keeps v3's rule.
 CREATE OR REPLACE FUNCTION lgd_guard_put_v5(
     p_thread TEXT, p_ns TEXT, p_parent TEXT, p_child TEXT, p_run TEXT, p_attempt TEXT,
     p_ledger BOOLEAN, p_fingerprint TEXT, p_branch BOOLEAN
@@ -55,7 +56,8 @@ BEGIN
         EXIT WHEN taken.checkpoint_id IS NOT DISTINCT FROM p_child;
         IF p_branch AND slot = p_parent
            AND ((p_ns = '' AND p_parent <> '')
-                OR (p_ns <> '' AND taken.run_id IS DISTINCT FROM p_run)) THEN
+                OR (p_ns <> '' AND (taken.run_id IS DISTINCT FROM p_run
+                                    OR (p_run IS NULL AND taken.attempt IS DISTINCT FROM p_attempt)))) THEN
             slot := p_parent || '~' || coalesce(p_run, p_attempt, p_child);
             CONTINUE;
         END IF;
