@@ -150,7 +150,11 @@ class Writers:
         return samples
 
 
-def _audit_child(dsn: str, pause: float, ready: Any, out: Any) -> None:
+def _audit_child(dsn: str, pause: float | None, ready: Any, out: Any, stopped: Any) -> None:
+    from langgraph_deterministic.ops import audit as audit_module
+
+    # the automatic pace times each range: leave out the time this process sat in SIGSTOP
+    audit_module._clock = lambda: time.monotonic() - stopped.value
     ready.set()  # imports done (spawn): the windows start now
     report = audit(dsn, pause=pause)
     report.heads.clear()  # not needed by the parent; keeps the pickle small
@@ -169,7 +173,7 @@ def main() -> int:
     parser.add_argument("--interval", type=float, default=20.0, help="ms between a writer's puts")
     parser.add_argument("--window", type=float, default=2.0, help="seconds per on/off window")
     parser.add_argument("--drop", action="store_true", help="drop the database at the end")
-    parser.add_argument("--pause", type=float, default=0.0, help="audit: seconds between ranges")
+    parser.add_argument("--pause", type=float, default=None, help="audit: seconds between ranges (default: automatic)")
     args = parser.parse_args()
 
     server = None
@@ -186,10 +190,12 @@ def main() -> int:
             (n,) = conn.execute("SELECT count(*) FROM checkpoints").fetchone()  # type: ignore[misc]
         print(f"{n} checkpoints, {len(expected)} threads, {sum(1 for e in expected.values() if e)} with planted faults")
 
-        report = audit(dsn)
+        pacing = "automatic" if args.pause is None else f"--pause {args.pause}"
+        print(f"audit pacing: {pacing}")
+        report = audit(dsn, pause=args.pause)
         total, missed, false = check(report, expected)
         print(
-            f"audit alone: {report.seconds:.1f} s for {report.checkpoints} checkpoints "
+            f"audit alone: {report.seconds:.1f} s ({report.paused_seconds:.1f} s paused) for {report.checkpoints} checkpoints "
             f"({report.threads} threads); planted faults {total}, missed {missed}, "
             f"false positives {false}; counts {report.counts()}"
         )
@@ -205,7 +211,8 @@ def main() -> int:
         ctx = mp.get_context("spawn")
         result = ctx.Queue()
         ready = ctx.Event()
-        proc = ctx.Process(target=_audit_child, args=(dsn, args.pause, ready, result))
+        stopped = ctx.Value("d", 0.0)  # seconds the audit child spent stopped so far
+        proc = ctx.Process(target=_audit_child, args=(dsn, args.pause, ready, result, stopped))
         windows: list[tuple[str, float, float]] = []
         proc.start()
         ready.wait()
@@ -216,6 +223,8 @@ def main() -> int:
                 during = result.get(timeout=args.window)
             except queue.Empty:
                 windows.append(("on" if running else "off", start, time.time()))
+                if not running:
+                    stopped.value += time.time() - start  # before it can read its clock
                 os.kill(proc.pid, signal.SIGSTOP if running else signal.SIGCONT)
                 running = not running
                 continue
@@ -232,8 +241,8 @@ def main() -> int:
         on_s = sum(e - s for n, s, e in windows if n == "on")
         print(
             f"audit beside {args.writers} writers: {on_s:.1f} s running ({len(windows)} windows "
-            f"of {args.window} s, alternately running and stopped); missed {missed2}, "
-            f"false positives {false2}"
+            f"of {args.window} s, alternately running and stopped; {during.paused_seconds:.1f} s "
+            f"paused, {during.seconds:.1f} s wall); missed {missed2}, false positives {false2}"
         )
         base = by_phase["off"]
         for name in ("off", "on"):

@@ -3,7 +3,7 @@
     langgraph-deterministic migrate [--dsn DSN] [--phase pre|post|all] [--dry-run]
                                     [--lock-timeout SECONDS] [--lock-retries N]
     langgraph-deterministic status  [--dsn DSN]
-    langgraph-deterministic demo    [--dsn DSN]
+    langgraph-deterministic demo    [--dsn DSN] [--restate]
     langgraph-deterministic audit   [--dsn DSN] [--json] [--thread ID] [--since TIME]
     langgraph-deterministic repair  [--dsn DSN] [--apply]
 
@@ -147,9 +147,20 @@ def _cmd_status(args: argparse.Namespace) -> int:
 def _add_demo(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     demo = sub.add_parser("demo", help="run the demo (embedded Postgres without --dsn)")
     demo.add_argument("--dsn")
+    demo.add_argument(
+        "--restate",
+        action="store_true",
+        help="instead: parallel nodes on a real restate-server with forced replay, plain "
+        "LangGraph beside DeterministicRunner (restate-server from $RESTATE_SERVER, PATH "
+        "or .cache/restate-server; the restate extra)",
+    )
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
+    if args.restate:
+        from langgraph_deterministic.demo_restate import run_restate_demo
+
+        return run_restate_demo()
     from langgraph_deterministic.demo import main as demo_main
 
     return int(demo_main(args.dsn or os.environ.get("DATABASE_URL")))

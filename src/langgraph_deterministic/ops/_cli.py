@@ -39,6 +39,16 @@ def _seconds(text: str) -> timedelta:
         raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
 
 
+def _pause(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds >= 0")
+    return value
+
+
 def add_parsers(sub: Any) -> None:
     a = sub.add_parser("audit", help="find threads that retries damaged (read-only)")
     a.add_argument("--dsn")
@@ -54,8 +64,9 @@ def add_parsers(sub: Any) -> None:
         help=f"per-statement limit in ms; a slower range is split (default {STATEMENT_TIMEOUT_MS})",
     )  # fmt: skip
     a.add_argument(
-        "--pause", type=float, default=0.0, metavar="SECONDS",
-        help="sleep between ranges, to leave more room to busy live workers (default 0)",
+        "--pause", type=_pause, default=None, metavar="SECONDS",
+        help="sleep between ranges (0: full speed); default: automatic, full speed on a quiet "
+        "database, and beside live workers (WAL growing) a wait as long as each range took",
     )  # fmt: skip
     r = sub.add_parser("repair", help="fix what audit found (dry run unless --apply)")
     r.add_argument("--dsn")
@@ -122,6 +133,11 @@ def _print_audit(report: AuditReport) -> None:
     console.print(
         f"scanned {report.threads} threads, {report.checkpoints} checkpoints in "
         f"{report.seconds:.1f} s ({report.active_threads} with a run in progress, skipped)"
+        + (
+            f"; {report.paused_seconds:.1f} s of it paused for live workers"
+            if report.paused_seconds
+            else ""
+        )
     )
     counts = report.counts()
     summary = Table("fault", "threads", "meaning")

@@ -109,3 +109,11 @@ GROUP BY thread_id
 
 -- name: has_ledger
 SELECT to_regclass('lgd_runs') IS NOT NULL
+
+-- name: wal_position
+-- How far the server's WAL has got, in bytes: the audit writes none, so WAL that grows
+-- between two ranges was written by live workers (on a standby: replayed from them).
+SELECT pg_wal_lsn_diff(
+    CASE WHEN pg_is_in_recovery() THEN pg_last_wal_replay_lsn() ELSE pg_current_wal_lsn() END,
+    '0/0'
+)::bigint
