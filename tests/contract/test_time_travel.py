@@ -4,11 +4,14 @@ id, while an attempt that merely lost a race is still fenced (one child per line
 
 from __future__ import annotations
 
-from typing import Any
+import operator
+from typing import Annotated, Any, TypedDict
 
 import psycopg
 import pytest
 from langchain_core.runnables import RunnableConfig
+from langgraph.graph import START, StateGraph
+from langgraph.types import Command, interrupt
 from tests.contract.graphs import ask, build_pipeline, effects
 
 from langgraph_deterministic.checkpointer import DeterministicSaver
@@ -109,3 +112,119 @@ def test_a_race_inside_one_branch_is_still_fenced(db: str, saver: DeterministicS
     with pytest.raises(ConcurrentRunError):
         saver.put(cfg2, cp2, step, {})  # type: ignore[arg-type]
     assert [r for _, r in children(db, thread, old)] == ["A", "R"]
+
+
+class _Sub(TypedDict):
+    items: Annotated[list[str], operator.add]
+
+
+def _nested(saver: DeterministicSaver, interrupting: bool = False) -> Any:
+    """parent: before -> sub (a stateful subgraph: a -> b) -> after."""
+
+    def a(state: _Sub) -> dict[str, list[str]]:
+        return {"items": ["a"]}
+
+    def b(state: _Sub) -> dict[str, list[str]]:
+        if interrupting:
+            return {"items": [f"b:{interrupt('answer?')}"]}
+        return {"items": ["b"]}
+
+    sub = StateGraph(_Sub)
+    sub.add_node("a", a)
+    sub.add_node("b", b)
+    sub.add_edge(START, "a")
+    sub.add_edge("a", "b")
+    parent = StateGraph(_Sub)
+    parent.add_node("before", lambda s: {"items": ["before"]})
+    parent.add_node("sub", sub.compile(checkpointer=True))
+    parent.add_node("after", lambda s: {"items": ["after"]})
+    parent.add_edge(START, "before")
+    parent.add_edge("before", "sub")
+    parent.add_edge("sub", "after")
+    return parent.compile(checkpointer=saver)
+
+
+@pytest.mark.parametrize("policy", ["require", "warn"])
+def test_a_branch_at_the_parent_continues_its_subgraphs(db: str, policy: Any) -> None:
+    """Replaying the parent from a checkpoint before a stateful subgraph ran: the subgraph
+    continues its own checkpoints under the branch's run id, a branch in every namespace
+    it writes, not a zombie of the first run."""
+    thread = f"travel-sub-{policy}"
+    with DeterministicSaver(db, run_id_policy=policy) as saver:
+        graph = _nested(saver)
+        assert graph.invoke({"items": []}, run_config(thread, "A"))["items"][-1] == "after"
+        history = list(graph.get_state_history(plain(thread)))
+        at_sub = next(s for s in history if s.next == ("sub",))
+        old = at_sub.config["configurable"]["checkpoint_id"]
+        out = graph.invoke(None, run_config(thread, "replay-1", checkpoint_id=old))
+        assert out["items"][-1] == "after"
+        assert [r for _, r in children(db, thread, old)] == ["A", "replay-1"]
+        out = graph.invoke(None, run_config(thread, "replay-2", checkpoint_id=old))
+        assert out["items"][-1] == "after"
+        assert [r for _, r in children(db, thread, old)] == ["A", "replay-1", "replay-2"]
+
+
+@pytest.mark.parametrize("policy", ["require", "warn"])
+def test_a_branch_resumes_an_interrupted_subgraph_anew(db: str, policy: Any) -> None:
+    """Time travel to the parent checkpoint at an interrupted subgraph, then a resume with
+    another answer: the branch's subgraph takes the new answer (its writes are not fenced
+    as a zombie's), the first run's history is kept."""
+    thread = f"travel-sub-interrupt-{policy}"
+    with DeterministicSaver(db, run_id_policy=policy) as saver:
+        graph = _nested(saver, interrupting=True)
+        graph.invoke({"items": []}, run_config(thread, "A"))
+        first = graph.invoke(Command(resume="old"), run_config(thread, "A-resume"))
+        assert "b:old" in first["items"] and first["items"][-1] == "after"
+        history = list(graph.get_state_history(plain(thread)))
+        at_sub = [s for s in history if s.next == ("sub",)][-1]  # the oldest: before sub ran
+        old = at_sub.config["configurable"]["checkpoint_id"]
+        paused = graph.invoke(None, run_config(thread, "B", checkpoint_id=old))
+        assert "__interrupt__" in paused
+        out = graph.invoke(Command(resume="new"), run_config(thread, "B-resume"))
+        assert "b:new" in out["items"] and "b:old" not in out["items"]
+        assert out["items"][-1] == "after"
+
+
+def test_a_subgraph_race_inside_a_branch_is_still_fenced(db: str) -> None:
+    """Two attempts of the same branching run write the same subgraph checkpoint's child:
+    the second is a zombie, in the subgraph's namespace too."""
+    thread = "travel-sub-race"
+    with DeterministicSaver(db) as saver:
+        graph = _nested(saver)
+        graph.invoke({"items": []}, run_config(thread, "A"))
+        old = next(s for s in graph.get_state_history(plain(thread)) if s.next == ("sub",)).config[
+            "configurable"
+        ]["checkpoint_id"]
+        config = run_config(thread, "R", checkpoint_id=old)
+        config["configurable"]["__pregel_runtime"] = object()
+        assert saver.get_tuple(config) is not None  # R branches at the root
+        sub = {
+            "configurable": {"thread_id": thread, "checkpoint_ns": "sub", "__pregel_runtime": 1},
+            "metadata": {"run_id": "R"},
+        }
+        # The subgraph's first checkpoint, which run A continued already.
+        with psycopg.connect(db) as conn:
+            row = conn.execute(
+                "SELECT min(checkpoint_id) FROM checkpoints WHERE thread_id = %s "
+                "AND checkpoint_ns = 'sub'",
+                (thread,),
+            ).fetchone()
+        assert row is not None
+        sub["configurable"]["checkpoint_id"] = row[0]
+        found = saver.get_tuple(sub)
+        assert found is not None
+        base = {**found.config, "metadata": {"run_id": "R"}}
+        base["configurable"] = {**found.config["configurable"], "__pregel_runtime": 1}
+        step = {"source": "loop", "step": 9, "parents": {}}
+        cp1 = {**found.checkpoint, "id": f"1fffffff-ffff-6fff-bfff-{'1' * 12}"}
+        cp2 = {**found.checkpoint, "id": f"1fffffff-ffff-6fff-bfff-{'2' * 12}"}
+        saver.put(base, cp1, step, {})  # type: ignore[arg-type]  # R's branch in 'sub'
+        with pytest.raises(ConcurrentRunError):
+            saver.put(base, cp2, step, {})  # type: ignore[arg-type]  # R again: a race
+        with psycopg.connect(db) as conn:
+            slots = conn.execute(
+                "SELECT parent_checkpoint_id, run_id FROM lgd_chain WHERE thread_id = %s "
+                "AND checkpoint_ns = 'sub' AND parent_checkpoint_id LIKE %s ORDER BY 1",
+                (thread, row[0] + "%"),
+            ).fetchall()
+        assert slots == [(row[0], "A"), (f"{row[0]}~R", "R")]

@@ -41,6 +41,7 @@ from psycopg.types.json import Jsonb
 from langgraph_deterministic.checkpointer.contract import (
     ATTEMPT_KEY,
     BRANCH_KEY,
+    BRANCHING,
     RUN_ID_KEY,
     SQLSTATE_COMMAND_REPLAY,
     Admission,
@@ -472,11 +473,27 @@ def _start_graph_run(
     if admitted and info.recorder is not None and info.run_id is not None:
         info.recorder.held = HeldLease(thread_id, info.run_id, attempt)
     if loaded is None:
+        _note_branch(info, None)
         return None
     branch_from = None
     if addressed and row is not None and row[18] is not None and row[18] != addressed:
         branch_from = addressed  # a past checkpoint, addressed on purpose: a branch
+    _note_branch(info, branch_from)
     return _for_graph_run(loaded, info, attempt, branch_from)
+
+
+def _note_branch(info: CallInfo, branch_from: str | None) -> None:
+    """Tell this run's subgraphs whether it branches (see BRANCHING). Right after an
+    addressed load LangGraph loads the thread's latest checkpoint, unaddressed, to see
+    whether the addressed one was superseded: that probe of the same run keeps the mark."""
+    if branch_from is not None:
+        BRANCHING.set((info.thread_id, info.run_id, branch_from, True))
+        return
+    current = BRANCHING.get()
+    if current is not None and current[3] and current[:2] == (info.thread_id, info.run_id):
+        BRANCHING.set((*current[:3], False))  # the probe: once
+    else:
+        BRANCHING.set(None)
 
 
 def _unlisten(channel: str | None) -> Operation[None]:
@@ -914,6 +931,7 @@ def delta_history(
 #: ``("writes", config, writes, task_id, task_path)``, in the order LangGraph made them.
 BufferedWrite = tuple[Any, ...]
 
+
 def put_batch(
     codec: Codec,
     items: Sequence[BufferedWrite],
@@ -942,8 +960,11 @@ def put_batch(
     if contract is None:
         contract = _NO_CONTRACT
     first_root = next(
-        (i for i in items if i[0] == "put" and not (i[1].get("configurable") or {}).get(
-            "checkpoint_ns")),
+        (
+            i
+            for i in items
+            if i[0] == "put" and not (i[1].get("configurable") or {}).get("checkpoint_ns")
+        ),
         None,
     )
     check: dict[str, Any] | None = None

@@ -31,6 +31,7 @@ moved past. :func:`translate_guard_error` maps their SQLSTATEs to our errors.
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import dataclasses
 import datetime as _dt
 import decimal
@@ -87,6 +88,14 @@ MULTITASK_KEY = "__lgd_multitask_strategy"
 #: Configurable key ``get_tuple`` hands a graph run addressed at a past checkpoint: the
 #: checkpoint it branches from on purpose (LangGraph copies it into the run's writes).
 BRANCH_KEY = "__lgd_branch"
+#: The branch a root graph run loaded in this context: (thread, run id, branch point,
+#: whether LangGraph's superseded probe is still to come: see _core._note_branch).
+#: LangGraph hands its subgraphs neither the root's loaded config nor our keys in it, but
+#: runs their tasks in copies of this context, so a subgraph of a branching run learns it
+#: here (for the same thread and run id only: the value outlives the call).
+BRANCHING: contextvars.ContextVar[tuple[str, str | None, str, bool] | None] = (
+    contextvars.ContextVar("lgd_branching", default=None)
+)
 NULL_TASK_ID = "00000000-0000-0000-0000-000000000000"
 INTERRUPT = "__interrupt__"
 TASKS = "__pregel_tasks"
@@ -129,8 +138,7 @@ SQLSTATE_LEASED = "LG413"
 def check_strategy(value: Any) -> MultitaskStrategy:
     if value not in STRATEGIES:
         raise ConfigurationError(
-            f"multitask_strategy must be one of {', '.join(map(repr, STRATEGIES))}, not "
-            f"{value!r}."
+            f"multitask_strategy must be one of {', '.join(map(repr, STRATEGIES))}, not {value!r}."
         )
     return value  # type: ignore[no-any-return]
 
@@ -365,6 +373,8 @@ class CallInfo:
     strategy: MultitaskStrategy | None = None
     #: the checkpoint this graph run branches from on purpose (see BRANCH_KEY)
     branch_from: str | None = None
+    #: a subgraph write of a graph run that branches at its root (see BRANCHING)
+    inherited_branch: bool = False
     recorder: RunInputRecorder | None = None
 
     @property
@@ -449,6 +459,14 @@ class RunContract:
         recorder = find_recorder(config)
         attempt = configurable.get(ATTEMPT_KEY)
         strategy = configurable.get(MULTITASK_KEY)
+        branching = BRANCHING.get()
+        inherited = (
+            checkpoint_ns != ""
+            and in_graph_run
+            and branching is not None
+            and branching[0] == thread_id
+            and branching[1] == run_id
+        )
         return CallInfo(
             thread_id=thread_id,
             checkpoint_ns=checkpoint_ns,
@@ -464,6 +482,7 @@ class RunContract:
             tracing_id=config.get("run_id") if run_id is None else None,
             strategy=check_strategy(strategy) if strategy is not None else None,
             branch_from=configurable.get(BRANCH_KEY),
+            inherited_branch=inherited,
             recorder=recorder,
         )
 
@@ -579,7 +598,9 @@ class RunContract:
             "`langgraph-deterministic audit` / `langgraph-deterministic repair`."
         )
 
-    def check_stuck_head(self, info: CallInfo, head: CheckpointTuple, kind: InputKind | None) -> None:
+    def check_stuck_head(
+        self, info: CallInfo, head: CheckpointTuple, kind: InputKind | None
+    ) -> None:
         """A new input on a thread whose head is stuck on a tool call that nothing explains
         (no lease, no ledger row: a thread written before this saver, or by the peer):
         refused under "require", warned about under "warn"."""
@@ -747,7 +768,11 @@ class RunContract:
         """Whether a write continues ``parent_id`` on purpose, as a branch of its own when
         the parent was continued already: a graph run addressed at that past checkpoint,
         or a write outside any graph run that no attempt handed out (update_state at a past
-        checkpoint). Writes of graph runs (zombies, race losers) stay fenced."""
+        checkpoint). Writes of graph runs (zombies, race losers) stay fenced. A subgraph
+        of a branching run is a branch in its namespace: lgd_guard_put_v5 lets it take its
+        lineage slot where another run holds the parent's, never where its own run does."""
+        if info.inherited_branch:
+            return True
         if parent_id is None:
             return False
         return info.branch_from == parent_id or (not info.in_graph_run and info.attempt is None)

@@ -447,9 +447,9 @@ LEFT JOIN LATERAL (
 WHERE r.thread_id = %(thread_id)s AND r.run_id = %(run_id)s
 
 -- name: guarded_put_checkpoint
--- upsert_checkpoint followed by lgd_guard_put_v3 (fencing, ledger, lease renewal and
--- deliberate branches), in one statement (migration 0014).
-SELECT lgd_put_checkpoint_v3(%s, %s, %s, %s, %s, %s, %s, %s::text, %s, %s::text, %s)
+-- upsert_checkpoint followed by lgd_guard_put_v5 (fencing, ledger, lease renewal and
+-- deliberate branches, in subgraph namespaces too), in one statement (migration 0015).
+SELECT lgd_put_checkpoint_v5(%s, %s, %s, %s, %s, %s, %s, %s::text, %s, %s::text, %s)
 
 -- name: guard_writes
 SELECT lgd_guard_writes(
