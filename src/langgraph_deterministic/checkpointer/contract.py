@@ -22,10 +22,14 @@ answers into SQL; the sync and async APIs share every answer.
   parameters of the fencing statements that run in the write's own transaction).
 
 Fencing itself needs the database's view of the thread at commit time, so the final
-word belongs to Postgres: ``lgd_guard_put`` claims the one child slot of the parent
-checkpoint (a unique key), so two attempts can never both extend the same checkpoint;
-``lgd_guard_writes`` refuses pending writes to a checkpoint another attempt has already
-moved past. :func:`translate_guard_error` maps their SQLSTATEs to our errors.
+word belongs to Postgres, in the functions of migration 0016 (``migrations/
+0016_pre_arbitration_v6.sql``): ``lgd_put_checkpoint_v6`` claims the one child slot of the
+parent checkpoint (a unique key), so two attempts can never both extend the same
+checkpoint, checks the thread's lease and moves the ledger; the fence of pending writes
+refuses writes to a checkpoint another attempt has already moved past. What needs
+LangGraph's checkpoint format (whether a new run found the previous one finished:
+:meth:`RunContract.guard_put`) is decided here and passed as a plain parameter.
+:func:`translate_guard_error` maps their SQLSTATEs to our errors.
 """
 
 from __future__ import annotations
@@ -53,6 +57,7 @@ from langgraph.checkpoint.base import (
     CheckpointMetadata,
     CheckpointTuple,
 )
+from langgraph.checkpoint.serde.types import TASKS as PREGEL_TASKS
 
 from langgraph_deterministic.errors import (
     ConcurrentRunError,
@@ -127,12 +132,28 @@ _SECRET_VALUE = re.compile(
     re.IGNORECASE,
 )
 
-# SQLSTATEs raised by the guard functions of migration 0004.
+# SQLSTATEs the arbitration functions raise (migrations 0004-0016); the SQL spells the same
+# literals, and tests/checkpointer/test_schema.py checks that every one it uses is here.
 SQLSTATE_CHILD_TAKEN = "LG409"
 SQLSTATE_STALE_WRITE = "LG410"
 SQLSTATE_CLOCK_BEHIND = "LG411"
 SQLSTATE_COMMAND_REPLAY = "LG412"
 SQLSTATE_LEASED = "LG413"
+SQLSTATES: frozenset[str] = frozenset(
+    {SQLSTATE_CHILD_TAKEN, SQLSTATE_STALE_WRITE, SQLSTATE_CLOCK_BEHIND,
+     SQLSTATE_COMMAND_REPLAY, SQLSTATE_LEASED}
+)  # fmt: skip
+
+#: ``lgd_runs.status`` (see RunRecord): the ledger's states, written by the SQL only.
+RunStatus = Literal["running", "interrupted", "done", "superseded", "rolled_back"]
+RUN_STATUSES: tuple[str, ...] = get_args(RunStatus)
+#: What a root write of a new run makes of the run whose checkpoint it continues.
+Closing = Literal["done", "superseded"]
+
+#: Configurable key ``get_tuple`` hands a root graph run: the checkpoint it loaded, that
+#: checkpoint's run id and progress digest (JSON), so that its first write can tell
+#: whether the previous run had finished (LangGraph copies it into the run's writes).
+HEAD_KEY = "__lgd_head"
 
 
 def check_strategy(value: Any) -> MultitaskStrategy:
@@ -376,6 +397,8 @@ class CallInfo:
     #: a subgraph write of a graph run that branches at its root (see BRANCHING)
     inherited_branch: bool = False
     recorder: RunInputRecorder | None = None
+    #: what a root graph run loaded (HEAD_KEY): read by guard_put
+    head: str | None = None
 
     @property
     def root(self) -> bool:
@@ -484,6 +507,7 @@ class RunContract:
             branch_from=configurable.get(BRANCH_KEY),
             inherited_branch=inherited,
             recorder=recorder,
+            head=configurable.get(HEAD_KEY) if checkpoint_ns == "" else None,
         )
 
     # -- policy --------------------------------------------------------------------
@@ -747,30 +771,98 @@ class RunContract:
         return stored
 
     def guard_put(
-        self, info: CallInfo, parent_id: str | None, checkpoint_id: str
-    ) -> tuple[Any, ...] | None:
-        """Arguments of ``lgd_guard_put`` for this checkpoint write, or None (policy off)."""
+        self,
+        info: CallInfo,
+        parent_id: str | None,
+        checkpoint: Mapping[str, Any],
+        source: Any,
+        parent: ParentRow | None = None,
+    ) -> dict[str, Any] | None:
+        """Parameters of ``lgd_put_checkpoint_v6`` beyond the checkpoint row, or None
+        (policy off). ``parent``: the parent's run id and checkpoint, which the core reads
+        first only when :meth:`needs_parent` says so."""
         if not self.enforced:
             return None
+        ledger = info.root and info.run_id is not None
+        branch = self.deliberate(info, parent_id)
+        closes: Closing | None = None
+        closes_run: str | None = None
+        if ledger and parent_id and not branch:
+            closes, closes_run = self._closing(info, parent_id, checkpoint, source, parent)
+        return {
+            "run_id": info.run_id,
+            "attempt": info.attempt,
+            "fingerprint": info.fingerprint,
+            "ledger": ledger,
+            "branch": branch,
+            "closes": closes,
+            "closes_run": closes_run,
+        }
+
+    def needs_parent(self, info: CallInfo, parent_id: str | None, source: Any) -> bool:
+        """Whether this write must read its parent before :meth:`guard_put` can decide what
+        it makes of the parent's run: an input written outside a graph run (a graph run
+        knows the checkpoint it loaded: HEAD_KEY), a rare direct use of the API."""
         return (
-            info.thread_id,
-            info.checkpoint_ns,
-            parent_id or "",
-            checkpoint_id,
-            info.run_id,
-            info.attempt,
-            info.root and info.run_id is not None,
-            info.fingerprint,
-            self.deliberate(info, parent_id),
+            self.enforced
+            and info.root
+            and info.run_id is not None
+            and parent_id is not None
+            and not info.in_graph_run
+            and source == "input"
+            and not self.deliberate(info, parent_id)
         )
+
+    def _closing(
+        self,
+        info: CallInfo,
+        parent_id: str,
+        checkpoint: Mapping[str, Any],
+        source: Any,
+        parent: ParentRow | None,
+    ) -> tuple[Closing | None, str | None]:
+        """What a root write of ``info.run_id`` continuing ``parent_id`` makes of the run
+        that wrote the parent, and that run (None: the SQL reads the parent's run id).
+
+        A new input on a finished run's last checkpoint leaves LangGraph nothing to
+        discard: versions_seen (interrupts aside) and the pending Sends' version stay as
+        they were, so the previous run is ``done``; anything else moved the thread on
+        before it finished: ``superseded``. The ledger row changes only if that run is
+        still running or interrupted (decided in the same transaction, by the SQL)."""
+        head = _parse_head(info.head)
+        if head is not None and head[0] == parent_id:
+            _, head_run, seen = head  # the checkpoint this graph run loaded
+            if head_run is None or head_run == info.run_id:
+                return None, None
+            done = source == "input" and progress_digest(checkpoint) == seen
+            return ("done" if done else "superseded"), head_run
+        if info.in_graph_run:
+            return None, None  # a checkpoint this attempt wrote itself
+        if parent is not None:
+            parent_run, parent_checkpoint = parent
+            if parent_run is None or parent_run == info.run_id:
+                return None, None
+            done = source == "input" and progress_digest(checkpoint) == progress_digest(
+                parent_checkpoint
+            )
+            return ("done" if done else "superseded"), parent_run
+        return "superseded", None
+
+    def head_mark(self, checkpoint_id: str, metadata: Mapping[str, Any] | None,
+                  checkpoint: Mapping[str, Any]) -> str:  # fmt: skip
+        """The HEAD_KEY value for a root graph run that loaded this checkpoint."""
+        run = (metadata or {}).get(RUN_ID_KEY)
+        return json.dumps([checkpoint_id, None if run is None else str(run),
+                           progress_digest(checkpoint)])  # fmt: skip
 
     def deliberate(self, info: CallInfo, parent_id: str | None) -> bool:
         """Whether a write continues ``parent_id`` on purpose, as a branch of its own when
         the parent was continued already: a graph run addressed at that past checkpoint,
         or a write outside any graph run that no attempt handed out (update_state at a past
         checkpoint). Writes of graph runs (zombies, race losers) stay fenced. A subgraph
-        of a branching run is a branch in its namespace: lgd_guard_put_v5 lets it take its
-        lineage slot where another run holds the parent's, never where its own run does."""
+        of a branching run is a branch in its namespace: lgd_put_checkpoint_v6 lets it
+        take its lineage slot where another run holds the parent's, never where its own
+        run does."""
         if info.inherited_branch:
             return True
         if parent_id is None:
@@ -787,7 +879,8 @@ class RunContract:
     def guard_writes(
         self, info: CallInfo, checkpoint_id: str, task_id: str, channels: Iterable[str]
     ) -> dict[str, Any] | None:
-        """Parameters of ``lgd_guard_writes`` for pending writes, or None (policy off)."""
+        """Parameters of ``lgd_guard_writes_v6`` and of the fence of pending writes, or
+        None (policy off)."""
         if not self.enforced:
             return None
         channels = list(channels)
@@ -812,6 +905,35 @@ def _looks_secret(key: str, value: Any = None) -> bool:
     if any(word.casefold() in _SECRET_WORDS for word in _WORD.findall(key)):
         return True
     return isinstance(value, str) and _SECRET_VALUE.search(value) is not None
+
+
+#: A parent checkpoint as ``guard_put`` reads it: its run id and its checkpoint JSON.
+ParentRow = tuple[str | None, Mapping[str, Any]]
+
+
+def progress_digest(checkpoint: Mapping[str, Any]) -> str:
+    """What LangGraph changes in a checkpoint when a new input discards unfinished work
+    of the previous run: ``versions_seen`` (without the interrupt bookkeeping) and the
+    version of the pending-Sends channel. Equal digests of a run's last checkpoint and
+    of the next run's input checkpoint: nothing was discarded, the run had finished."""
+    seen = {
+        task: {str(ch): str(v) for ch, v in (chans or {}).items()}
+        for task, chans in (checkpoint.get("versions_seen") or {}).items()
+        if task != INTERRUPT
+    }
+    tasks = (checkpoint.get("channel_versions") or {}).get(PREGEL_TASKS)
+    text = json.dumps([seen, None if tasks is None else str(tasks)], sort_keys=True)
+    return hashlib.sha1(text.encode("utf-8")).hexdigest()
+
+
+def _parse_head(value: Any) -> tuple[str, str | None, str] | None:
+    if not isinstance(value, str):
+        return None
+    try:
+        checkpoint_id, run, digest = json.loads(value)
+    except ValueError:
+        return None
+    return str(checkpoint_id), run, str(digest)
 
 
 @dataclass(frozen=True, slots=True)
