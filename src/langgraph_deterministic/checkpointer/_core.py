@@ -54,6 +54,7 @@ from langgraph_deterministic.checkpointer.contract import (
     RunContract,
     RunRecord,
     fingerprint_kind,
+    head_mark,
     translate_guard_error,
 )
 from langgraph_deterministic.errors import (
@@ -465,7 +466,7 @@ def _start_graph_run(
             loaded = None
         else:
             # Before the fold of pending sends below, which edits the row in place.
-            mark = contract.head_mark(head[2], head[5], head[4])
+            mark = head_mark(head[2], head[5], head[4])
             head_rows = [head]
             yield from _with_pending_sends(codec, head_rows)
             loaded = load_tuple(codec, head_rows[0])

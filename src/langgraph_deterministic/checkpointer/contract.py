@@ -836,8 +836,10 @@ class RunContract:
                 return None, None
             done = source == "input" and progress_digest(checkpoint) == seen
             return ("done" if done else "superseded"), head_run
-        if info.in_graph_run:
-            return None, None  # a checkpoint this attempt wrote itself
+        if head is not None and info.in_graph_run:
+            return None, None  # after its first write, a run continues its own checkpoints
+        # Unknown parent (a write outside a graph run, or a graph run on an empty thread):
+        # the SQL reads the parent's run id and closes it only if it is another run's.
         if parent is not None:
             parent_run, parent_checkpoint = parent
             if parent_run is None or parent_run == info.run_id:
@@ -847,13 +849,6 @@ class RunContract:
             )
             return ("done" if done else "superseded"), parent_run
         return "superseded", None
-
-    def head_mark(self, checkpoint_id: str, metadata: Mapping[str, Any] | None,
-                  checkpoint: Mapping[str, Any]) -> str:  # fmt: skip
-        """The HEAD_KEY value for a root graph run that loaded this checkpoint."""
-        run = (metadata or {}).get(RUN_ID_KEY)
-        return json.dumps([checkpoint_id, None if run is None else str(run),
-                           progress_digest(checkpoint)])  # fmt: skip
 
     def deliberate(self, info: CallInfo, parent_id: str | None) -> bool:
         """Whether a write continues ``parent_id`` on purpose, as a branch of its own when
@@ -924,6 +919,16 @@ def progress_digest(checkpoint: Mapping[str, Any]) -> str:
     tasks = (checkpoint.get("channel_versions") or {}).get(PREGEL_TASKS)
     text = json.dumps([seen, None if tasks is None else str(tasks)], sort_keys=True)
     return hashlib.sha1(text.encode("utf-8")).hexdigest()
+
+
+def head_mark(
+    checkpoint_id: str, metadata: Mapping[str, Any] | None, checkpoint: Mapping[str, Any]
+) -> str:
+    """The HEAD_KEY value for a root graph run that loaded this checkpoint."""
+    run = (metadata or {}).get(RUN_ID_KEY)
+    return json.dumps(
+        [checkpoint_id, None if run is None else str(run), progress_digest(checkpoint)]
+    )
 
 
 def _parse_head(value: Any) -> tuple[str, str | None, str] | None:
