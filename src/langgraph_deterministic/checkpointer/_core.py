@@ -35,9 +35,9 @@ from langgraph.checkpoint.base import (
     writes_sort_key,
 )
 from langgraph.checkpoint.serde.base import SerializerProtocol
-from langgraph.checkpoint.serde.types import TASKS, _DeltaSnapshot
 from psycopg.types.json import Jsonb
 
+from langgraph_deterministic._compat.langgraph import TASKS, DeltaSnapshot
 from langgraph_deterministic.checkpointer.contract import (
     ATTEMPT_KEY,
     BRANCH_KEY,
@@ -652,7 +652,7 @@ def put(
     for channel, value in checkpoint["channel_values"].items():
         if value is None or isinstance(value, str | int | float | bool):
             continue
-        if isinstance(value, _DeltaSnapshot):
+        if isinstance(value, DeltaSnapshot):
             inline[channel] = True  # marker: the snapshot's value is in the blob
         else:
             del inline[channel]

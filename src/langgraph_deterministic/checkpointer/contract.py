@@ -54,6 +54,7 @@ from langgraph.checkpoint.base import (
     CheckpointTuple,
 )
 
+from langgraph_deterministic._compat.langgraph import CONFIG_KEY_RUNTIME, INTERRUPT, NULL_TASK_ID
 from langgraph_deterministic.errors import (
     ConcurrentRunError,
     ConfigurationError,
@@ -82,7 +83,7 @@ FINGERPRINT_KEY = "input_fingerprint"
 #: it into the config of every write of that run attempt (never into stored metadata).
 ATTEMPT_KEY = "__lgd_attempt"
 #: Present in the configurable of every config a running graph passes to its saver.
-GRAPH_RUN_MARKER = "__pregel_runtime"
+GRAPH_RUN_MARKER = CONFIG_KEY_RUNTIME
 #: Configurable key of a per-call multitask strategy (set by run_config).
 MULTITASK_KEY = "__lgd_multitask_strategy"
 #: Configurable key ``get_tuple`` hands a graph run addressed at a past checkpoint: the
@@ -96,9 +97,6 @@ BRANCH_KEY = "__lgd_branch"
 BRANCHING: contextvars.ContextVar[tuple[str, str | None, str, bool] | None] = (
     contextvars.ContextVar("lgd_branching", default=None)
 )
-NULL_TASK_ID = "00000000-0000-0000-0000-000000000000"
-INTERRUPT = "__interrupt__"
-TASKS = "__pregel_tasks"
 
 #: Configurable keys copied into stored checkpoint metadata unless told otherwise.
 #: LangGraph copies every str/int/float/bool configurable value (API keys included);

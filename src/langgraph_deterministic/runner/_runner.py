@@ -16,21 +16,28 @@ which subgraphs inherit), so:
 from __future__ import annotations
 
 import asyncio
-import importlib.metadata
 import inspect
 import secrets
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterator
 from contextlib import AbstractContextManager, asynccontextmanager, contextmanager, nullcontext
+from functools import cache
 from typing import Any, Protocol
 
-from langgraph_deterministic.errors import IncompatibleLangGraphError
+from langgraph_deterministic._compat import installed
+from langgraph_deterministic._compat.langgraph import (
+    CONFIG_KEY_RUNNER_SUBMIT,
+    PULL,
+    PUSH,
+    SUPPORTED_LANGGRAPH,
+    check_runner_hooks,
+    incompatible,
+)
 
 from ._checkpointer import journaled_graph
 from ._context import _KEYED, _SCHEDULER, _SCOPE, KeyedSession, TaskScope
 from ._ordering import JournalBackend, OpScheduler
 
-SUPPORTED_LANGGRAPH = ">=1.2,<1.3"
-_SUBMIT_KEY = "__pregel_runner_submit"
+_SUBMIT_KEY = CONFIG_KEY_RUNNER_SUBMIT
 
 
 class Journal(Protocol):
@@ -78,54 +85,36 @@ def _parse_version(v: str) -> tuple[int, ...]:
     return tuple(out)
 
 
+def _in_range(version: tuple[int, ...], spec: str) -> bool:
+    """Whether ``version`` meets every ``>=x.y`` / ``<x.y`` clause of ``spec``."""
+    for clause in spec.split(","):
+        if clause.startswith(">="):
+            if version < _parse_version(clause[2:]):
+                return False
+        elif clause.startswith("<") and version >= _parse_version(clause[1:]):
+            return False
+    return True
+
+
+@cache
 def check_langgraph() -> None:
-    """Fail loudly unless the installed LangGraph offers the submit hook we rely on."""
-    fix = (
-        f"langgraph-deterministic's DeterministicRunner supports langgraph{SUPPORTED_LANGGRAPH}. "
-        f"Fix: pip install 'langgraph{SUPPORTED_LANGGRAPH}'."
-    )
-    try:
-        version = importlib.metadata.version("langgraph")
-    except importlib.metadata.PackageNotFoundError as exc:  # pragma: no cover
-        raise IncompatibleLangGraphError(f"langgraph is not installed. {fix}") from exc
-    parsed = _parse_version(version)
-    if not ((1, 2) <= parsed[:2] < (1, 3)):
-        raise IncompatibleLangGraphError(f"installed langgraph is {version}. {fix}")
-    try:
-        from langgraph._internal import _constants
-        from langgraph.pregel import main as pregel_main
-        from langgraph.types import PregelExecutableTask
-    except ImportError as exc:
-        raise IncompatibleLangGraphError(
-            f"langgraph {version} lacks the modules the runner hooks into ({exc}). {fix}"
-        ) from exc
-    if getattr(_constants, "CONFIG_KEY_RUNNER_SUBMIT", None) != _SUBMIT_KEY:
-        raise IncompatibleLangGraphError(
-            f"langgraph {version} no longer reads configurable[{_SUBMIT_KEY!r}]. {fix}"
-        )
-    try:
-        src = inspect.getsource(pregel_main.Pregel.astream)
-    except (OSError, TypeError):  # pragma: no cover - no sources shipped
-        src = "CONFIG_KEY_RUNNER_SUBMIT"
-    if "CONFIG_KEY_RUNNER_SUBMIT" not in src:
-        raise IncompatibleLangGraphError(
-            f"langgraph {version}'s Pregel.astream does not take its submit function from "
-            f"the config. {fix}"
-        )
-    fields = getattr(PregelExecutableTask, "__dataclass_fields__", {})
-    missing = {"name", "path", "config", "id"} - set(fields)
-    if missing:
-        raise IncompatibleLangGraphError(
-            f"langgraph {version}'s PregelExecutableTask lacks {sorted(missing)}. {fix}"
-        )
+    """Fail loudly unless the installed LangGraph offers the submit hook we rely on.
+
+    Checked once per process (cached): a runner is cheap to build, per handler call."""
+    version = installed("langgraph")
+    if version == "not installed":  # pragma: no cover - langgraph is a dependency
+        raise incompatible("is not installed")
+    if not _in_range(_parse_version(version), SUPPORTED_LANGGRAPH):
+        raise incompatible("is outside the supported versions")
+    check_runner_hooks()
 
 
 def _path_repr(path: tuple[Any, ...]) -> str:
     if not path:
         return ""
-    if path[0] == "__pregel_pull":
+    if path[0] == PULL:
         return ""
-    rest = path[1:] if path[0] == "__pregel_push" else path
+    rest = path[1:] if path[0] == PUSH else path
     return "[" + ",".join(str(p) for p in rest) + "]"
 
 
