@@ -55,8 +55,17 @@ from psycopg.rows import tuple_row
 from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
 from langgraph_deterministic.checkpointer import _core, _migrate
-from langgraph_deterministic.checkpointer._core import Batch, Operation, Results
+from langgraph_deterministic.checkpointer._batch import (
+    Batch,
+    Operation,
+    Results,
+    Statement,
+    arun,
+    run,
+)
 from langgraph_deterministic.checkpointer._leases import LeaseKeeper
+from langgraph_deterministic.checkpointer._rows import Codec, next_version
+from langgraph_deterministic.checkpointer._translate import translate_error
 from langgraph_deterministic.checkpointer.contract import (
     DEFAULT_METADATA_KEYS,
     HeldLease,
@@ -353,7 +362,7 @@ class DeterministicSaver(BaseCheckpointSaver[str]):
     @serde.setter
     def serde(self, value: SerializerProtocol) -> None:
         self._serde = maybe_add_typed_methods(value)
-        self._codec = _core.Codec(self._serde)
+        self._codec = Codec(self._serde)
 
     @classmethod
     def from_conn_string(
@@ -506,9 +515,9 @@ class DeterministicSaver(BaseCheckpointSaver[str]):
         try:
             with self._connection() as conn:
                 op = operation(conn.info.backend_pid) if callable(operation) else operation
-                return _core.run(op, lambda batch: _execute(conn, batch))
+                return run(op, lambda batch: _execute(conn, batch))
         except Exception as exc:
-            translated = _core.translate_error(exc)
+            translated = translate_error(exc)
             if translated is exc:
                 raise
             raise translated from exc
@@ -521,9 +530,9 @@ class DeterministicSaver(BaseCheckpointSaver[str]):
         try:
             async with self._aconnection() as conn:
                 op = operation(conn.info.backend_pid) if callable(operation) else operation
-                return await _core.arun(op, lambda batch: _aexecute(conn, batch))
+                return await arun(op, lambda batch: _aexecute(conn, batch))
         except Exception as exc:
-            translated = _core.translate_error(exc)
+            translated = translate_error(exc)
             if translated is exc:
                 raise
             raise translated from exc
@@ -773,7 +782,7 @@ class DeterministicSaver(BaseCheckpointSaver[str]):
         return self._run(_core.delta_history(self._codec, config, channels))
 
     def get_next_version(self, current: str | None, channel: None) -> str:
-        return _core.next_version(current)
+        return next_version(current)
 
     # -- BaseCheckpointSaver: async --------------------------------------------------
 
@@ -890,7 +899,7 @@ def _direct_only(
     setup only checks that nothing is pending, and otherwise refuses before any lock.
     """
     (rows,) = yield Batch(
-        (_core.Statement(_BACKEND_PID_SQL, fetch=True, prepare=False),), pipeline=False
+        (Statement(_BACKEND_PID_SQL, fetch=True, prepare=False),), pipeline=False
     )
     if rows and rows[0][0] == client_pid:
         return (yield from locked)
@@ -931,7 +940,7 @@ def _locked(
     key = (_migrate.ADVISORY_LOCK_KEY,)
 
     def single(sql: str, params: Sequence[Any] | None = None) -> Batch:
-        return Batch((_core.Statement(sql, params, fetch=True, prepare=False),), pipeline=False)
+        return Batch((Statement(sql, params, fetch=True, prepare=False),), pipeline=False)
 
     (saved,) = yield single(_migrate.GET_LOCK_TIMEOUT_SQL)
     previous = saved[0][0] if saved else "0"
@@ -1058,7 +1067,7 @@ def _probe(dsn: str, kwargs: Mapping[str, Any]) -> bool:
             row = cur.execute(_BACKEND_PID_SQL, prepare=False).fetchone()
             return row is not None and row[0] == conn.info.backend_pid
     except psycopg.Error as exc:
-        raise _core.translate_error(exc) from exc
+        raise translate_error(exc) from exc
 
 
 async def _aprobe(dsn: str, kwargs: Mapping[str, Any]) -> bool:
@@ -1069,7 +1078,7 @@ async def _aprobe(dsn: str, kwargs: Mapping[str, Any]) -> bool:
             row = await cur.fetchone()
             return row is not None and row[0] == conn.info.backend_pid
     except psycopg.Error as exc:
-        raise _core.translate_error(exc) from exc
+        raise translate_error(exc) from exc
 
 
 async def _close_with_loop(

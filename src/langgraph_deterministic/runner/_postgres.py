@@ -50,7 +50,8 @@ import psycopg
 import psycopg.errors
 
 from langgraph_deterministic._compat.langgraph import var_child_runnable_config
-from langgraph_deterministic.checkpointer._core import Batch, Statement, queries
+from langgraph_deterministic.checkpointer._batch import Batch, Statement
+from langgraph_deterministic.checkpointer._queries import queries
 from langgraph_deterministic.checkpointer.contract import GRAPH_RUN_MARKER, RUN_ID_KEY
 from langgraph_deterministic.errors import (
     ConcurrentRunError,
