@@ -363,7 +363,7 @@ def test_prune_leaves_a_thread_that_turns_delta_after_the_check(
     """A run saving a DeltaChannel checkpoint between prune's batch check and the
     thread's transaction: the transaction sees it on its snapshot and changes nothing."""
     from langgraph_deterministic.checkpointer import PruneRefusedError, _batch, _core
-    from langgraph_deterministic.checkpointer.saver import _execute
+    from langgraph_deterministic.checkpointer._drivers import execute as _execute
 
     plain, turning = str(uuid.uuid4()), str(uuid.uuid4())
     for thread in (plain, turning):

@@ -424,7 +424,7 @@ def test_contract_adds_no_round_trip_to_writes_or_reads(db: str) -> None:
     contract on: the guard statements ride in the write's own pipeline, the start check in
     the head read."""
     from langgraph_deterministic.checkpointer import _batch
-    from langgraph_deterministic.checkpointer.saver import _execute
+    from langgraph_deterministic.checkpointer._drivers import execute as _execute
 
     batches: list[str] = []
     calls: Counter[str] = Counter()
