@@ -53,7 +53,12 @@ from langgraph_deterministic.checkpointer.contract import (
     fingerprint_kind,
     translate_guard_error,
 )
-from langgraph_deterministic.errors import ConfigurationError, DeterministicError
+from langgraph_deterministic.errors import (
+    ConfigurationError,
+    DeterministicError,
+    PruneArgumentError,
+    PruneRefusedError,
+)
 
 # Storage without the retry contract (policy "off"): what the peer does, minus secrets.
 _NO_CONTRACT = RunContract("off")
@@ -633,14 +638,6 @@ def copy_thread(source: str, target: str) -> Operation[None]:
     yield Batch.write(
         Statement(queries()["copy_thread"], {"source": str(source), "target": str(target)})
     )
-
-
-class PruneRefusedError(DeterministicError, NotImplementedError):
-    """keep_latest would lose state that a DeltaChannel rebuilds from older checkpoints."""
-
-
-class PruneArgumentError(ConfigurationError, TypeError):
-    """prune() got one thread id string (a TypeError, as PostgresSaver raises)."""
 
 
 PRUNE_STRATEGIES = ("keep_latest", "delete")
