@@ -21,7 +21,7 @@ from langgraph.graph import END, START, MessagesState, StateGraph
 from psycopg.rows import dict_row
 
 from langgraph_deterministic import DeterministicSaver, run_config
-from langgraph_deterministic.checkpointer.contract import _looks_secret
+from langgraph_deterministic.checkpointer._secrets import looks_secret as _looks_secret
 
 
 @pytest.fixture(scope="module")
