@@ -24,7 +24,9 @@ What each name is for:
   value kept in a blob with an inline marker.
 * ``var_child_runnable_config``: the config of the running node (langchain-core).
 * the submit keywords of LangGraph's executors (``SUBMIT_KEYWORDS``), which the runner's
-  submit function accepts and honours.
+  submit function accepts; ``__reraise_on_exit__`` is honoured as LangGraph's executor
+  does at the end of a run, skipping the futures LangGraph puts in its
+  ``SKIP_RERAISE_SET`` (:func:`skips_reraise`).
 """
 
 from __future__ import annotations
@@ -105,6 +107,20 @@ def check_runner_hooks() -> None:
         raise incompatible(f"has a PregelExecutableTask without {missing_fields}")
     if "execution_info" not in getattr(Runtime, "__dataclass_fields__", {}):
         raise incompatible("has a Runtime without execution_info")
+    try:
+        from langgraph.pregel._executor import SKIP_RERAISE_SET
+    except ImportError as exc:
+        raise incompatible(f"lacks the executor's SKIP_RERAISE_SET ({exc})") from exc
+    if not hasattr(SKIP_RERAISE_SET, "__contains__"):
+        raise incompatible("has a SKIP_RERAISE_SET that is not a set")
+
+
+def skips_reraise(future: object) -> bool:
+    """Whether LangGraph's executor would not re-raise ``future``'s error on exit (the
+    futures of ``call()`` tasks, whose errors go to their parent task)."""
+    from langgraph.pregel._executor import SKIP_RERAISE_SET
+
+    return future in SKIP_RERAISE_SET
 
 
 def _code_names(fn: Any) -> tuple[str, ...]:
@@ -128,5 +144,6 @@ __all__ = [
     "DeltaSnapshot",
     "check_runner_hooks",
     "incompatible",
+    "skips_reraise",
     "var_child_runnable_config",
 ]

@@ -131,14 +131,12 @@ class _RestateBackend:
 
         ctx = self._ctx
         fut: Any
-        if isinstance(spec, RunSpec):
+        if isinstance(spec, SleepSpec):
+            fut = self._real_sleep(ctx, timedelta(seconds=spec.seconds), key)
+        else:  # a RunSpec: request() takes no other kind
             options = spec.options if spec.options is not None else RunOptions()
             fn = _terminal_on_misuse(spec.fn)
             fut = self._real_run_typed(ctx, key, fn, options, *spec.args, **spec.kwargs)
-        elif isinstance(spec, SleepSpec):
-            fut = self._real_sleep(ctx, timedelta(seconds=spec.seconds), key)
-        else:  # pragma: no cover
-            raise TypeError(f"unknown durable op spec {spec!r}")
         handle = int(fut.handle)
         self._futs[handle] = fut
         self._names[handle] = key
@@ -473,15 +471,13 @@ class RestateJournal:
         _check_restate(ctx)
         self._ctx = ctx
         self._route = route_restate_context
-        self._backend: _RestateBackend | None = None
 
     def idempotency_scope(self) -> str:
         """The invocation id: op keys repeat across invocations, idempotency keys must not."""
         return str(self._ctx.request().id)
 
     def open_backend(self) -> _RestateBackend:
-        self._backend = _RestateBackend(self._ctx)
-        return self._backend
+        return _RestateBackend(self._ctx)
 
     @contextmanager
     def bind(self, scheduler: OpScheduler[Any]) -> Iterator[None]:

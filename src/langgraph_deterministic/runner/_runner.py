@@ -21,7 +21,7 @@ import secrets
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterator
 from contextlib import AbstractContextManager, asynccontextmanager, contextmanager, nullcontext
 from functools import cache
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 from langgraph_deterministic._compat import installed
 from langgraph_deterministic._compat.langgraph import (
@@ -31,6 +31,7 @@ from langgraph_deterministic._compat.langgraph import (
     SUPPORTED_LANGGRAPH,
     check_runner_hooks,
     incompatible,
+    skips_reraise,
 )
 
 from ._checkpointer import journaled_graph
@@ -101,10 +102,7 @@ def check_langgraph() -> None:
     """Fail loudly unless the installed LangGraph offers the submit hook we rely on.
 
     Checked once per process (cached): a runner is cheap to build, per handler call."""
-    version = installed("langgraph")
-    if version == "not installed":  # pragma: no cover - langgraph is a dependency
-        raise incompatible("is not installed")
-    if not _in_range(_parse_version(version), SUPPORTED_LANGGRAPH):
+    if not _in_range(_parse_version(installed("langgraph")), SUPPORTED_LANGGRAPH):
         raise incompatible("is outside the supported versions")
     check_runner_hooks()
 
@@ -131,6 +129,8 @@ class _SubmitScope:
     def __init__(self, key: str) -> None:
         self.key = key
         self.tasks: set[asyncio.Task[Any]] = set()
+        # Tasks submitted with __reraise_on_exit__ that failed, in submission order.
+        self.failed: dict[asyncio.Task[Any], None] = {}
 
     def get_submit(self) -> Callable[..., asyncio.Future[Any]]:
         return self.submit
@@ -171,7 +171,24 @@ class _SubmitScope:
         task = asyncio.get_running_loop().create_task(coro, name=__name__)
         self.tasks.add(task)
         task.add_done_callback(self.tasks.discard)
+        if __reraise_on_exit__:
+            task.add_done_callback(self._note_failure)
         return task
+
+    def _note_failure(self, task: asyncio.Task[Any]) -> None:
+        if not task.cancelled() and task.exception() is not None:
+            self.failed[task] = None
+
+    def reraise(self) -> None:
+        """What LangGraph's executor does when a run's loop exits without an error: raise
+        the first error of a task submitted with ``__reraise_on_exit__`` (an interrupt is
+        a signal, not an error; LangGraph marks the futures it re-raises elsewhere)."""
+        from langgraph.errors import GraphBubbleUp
+
+        for task in self.failed:
+            exc = task.exception()
+            if not isinstance(exc, GraphBubbleUp) and not skips_reraise(task):
+                raise cast(BaseException, exc)
 
     async def cancel_all(self) -> None:
         while self.tasks:
@@ -273,6 +290,7 @@ class DeterministicRunner:
             scheduler.start()
             try:
                 yield cfg
+                root.reraise()
             except BaseException as exc:
                 failed = exc
                 raise
