@@ -30,6 +30,18 @@ def supported(dist: str, fallback: str) -> str:
     return fallback  # pragma: no cover - pyproject names every library we check
 
 
+def incompatible_message(
+    dist: str, what: str, supported_range: str, *, user: str, beside: tuple[str, ...] = ()
+) -> str:
+    """Why an installed library cannot serve ``user``, the range we support, and the fix."""
+    also = ", ".join(f"{d} {installed(d)}" for d in beside)
+    return (
+        f"{dist} {installed(dist)}{f' ({also})' if also else ''} {what}, which {user} relies "
+        f"on; langgraph-deterministic supports {dist}{supported_range}. "
+        f"Fix: pip install '{dist}{supported_range}'."
+    )
+
+
 def installed(dist: str) -> str:
     try:
         return importlib.metadata.version(dist)

@@ -35,7 +35,7 @@ import inspect
 from functools import cache
 from typing import Any
 
-from langgraph_deterministic._compat import installed, supported
+from langgraph_deterministic._compat import incompatible_message, supported
 from langgraph_deterministic.errors import IncompatibleLangGraphError
 
 #: The LangGraph versions this package supports (pyproject's requirement).
@@ -44,10 +44,13 @@ SUPPORTED_LANGGRAPH = supported("langgraph", ">=1.2,<1.3")
 
 def incompatible(what: str) -> IncompatibleLangGraphError:
     return IncompatibleLangGraphError(
-        f"langgraph {installed('langgraph')} (langchain-core {installed('langchain-core')}, "
-        f"langgraph-checkpoint {installed('langgraph-checkpoint')}) {what}, which "
-        f"langgraph-deterministic relies on; it supports langgraph{SUPPORTED_LANGGRAPH}. "
-        f"Fix: pip install 'langgraph{SUPPORTED_LANGGRAPH}'."
+        incompatible_message(
+            "langgraph",
+            what,
+            SUPPORTED_LANGGRAPH,
+            user="langgraph-deterministic",
+            beside=("langchain-core", "langgraph-checkpoint"),
+        )
     )
 
 

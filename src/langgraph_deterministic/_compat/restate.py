@@ -25,7 +25,7 @@ What each is for:
 
 from __future__ import annotations
 
-from langgraph_deterministic._compat import installed, supported
+from langgraph_deterministic._compat import incompatible_message, supported
 from langgraph_deterministic.errors import IncompatibleRestateError
 
 #: The restate-sdk versions RestateJournal supports (pyproject's restate extra).
@@ -34,9 +34,7 @@ SUPPORTED_RESTATE = supported("restate-sdk", ">=1.3,<1.4")
 
 def incompatible(what: str) -> IncompatibleRestateError:
     return IncompatibleRestateError(
-        f"restate-sdk {installed('restate-sdk')} {what}, which RestateJournal relies on; "
-        f"langgraph-deterministic supports restate-sdk{SUPPORTED_RESTATE}. "
-        f"Fix: pip install 'restate-sdk{SUPPORTED_RESTATE}'."
+        incompatible_message("restate-sdk", what, SUPPORTED_RESTATE, user="RestateJournal")
     )
 
 

@@ -9,7 +9,11 @@ from importlib import resources
 @cache
 def queries() -> dict[str, str]:
     """The named blocks of ``sql/queries.sql`` (``-- name: key``)."""
-    text = resources.files(__package__).joinpath("sql/queries.sql").read_text("utf-8")
+    return named_blocks(resources.files(__package__).joinpath("sql/queries.sql").read_text("utf-8"))
+
+
+def named_blocks(text: str) -> dict[str, str]:
+    """The ``-- name: key`` blocks of a SQL file, without their comment lines."""
     blocks: dict[str, str] = {}
     name: str | None = None
     lines: list[str] = []
