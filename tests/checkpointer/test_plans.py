@@ -12,10 +12,10 @@ import psycopg
 import pytest
 from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 
+from devtools.postgres import create_database, database_name, drop_database
 from langgraph_deterministic import DeterministicSaver
 from langgraph_deterministic.checkpointer import _core
 from langgraph_deterministic.checkpointer._core import Operation
-from langgraph_deterministic.embedded import create_database, database_name, drop_database
 
 CODEC = _core.Codec(JsonPlusSerializer())
 LONG = "long"  # a thread of 3,000 root checkpoints (+ 300 in subgraph namespaces)
