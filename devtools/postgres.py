@@ -253,9 +253,7 @@ def _check_reachable(path: Path, account: tuple[int, int]) -> None:
             )
 
 
-def _launch_system(
-    data: Path, scratch: Path, ephemeral: bool
-) -> tuple[str, Callable[[], None]]:
+def _launch_system(data: Path, scratch: Path, ephemeral: bool) -> tuple[str, Callable[[], None]]:
     bindir = _find_binaries()
     account = _service_account()
     if account is not None:
