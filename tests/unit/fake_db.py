@@ -146,7 +146,9 @@ def checkpoint_row(
     )  # fmt: skip
 
 
-def sends_row(parent: str, packets: Sequence[Any]) -> tuple[Any, ...]:
+def sends_row(
+    parent: str, packets: Sequence[Any], *, thread_id: str = "t1", ns: str = ""
+) -> tuple[Any, ...]:
     """A ``pending_sends`` row: the TASKS writes a v < 4 parent checkpoint holds."""
     dumped = [CODEC.dumps("send", p) for p in packets]
-    return (parent, [t for t, _ in dumped], [b for _, b in dumped])
+    return (thread_id, ns, parent, [t for t, _ in dumped], [b for _, b in dumped])

@@ -141,7 +141,7 @@ def test_v3_checkpoint_gets_its_parents_pending_sends_in_the_tasks_channel() -> 
     found = db.run(_core.get_tuple(CODEC, {"configurable": {"thread_id": "t1"}}))
     assert db.names() == [["select_checkpoint"], ["pending_sends"]]
     (asked,) = db.sent("pending_sends")
-    assert asked.params == {"thread_id": "t1", "checkpoint_ids": ["c1"]}
+    assert asked.params == {"thread_ids": ["t1"], "checkpoint_ns": [""], "checkpoint_ids": ["c1"]}
     assert found is not None
     assert found.checkpoint["channel_values"][TASKS] == sends
     # the version LangGraph expects: the checkpoint's greatest, as the peer sets it
@@ -194,6 +194,35 @@ def test_list_folds_sends_of_every_old_checkpoint_with_one_read() -> None:
     assert [t.checkpoint["channel_values"].get(TASKS) for t in listed] == [
         None, [Send("x", 2)], [Send("x", 1)],
     ]  # fmt: skip
+
+
+def test_a_global_list_folds_each_threads_own_sends() -> None:
+    """Two threads with the same parent id (copy_thread keeps ids): each checkpoint gets
+    its own thread's sends (the query used to read the first row's thread only)."""
+    rows = [
+        checkpoint_row("c2", thread_id="ta", parent="c1", v=3, versions={"a": V1}),
+        checkpoint_row("c2", thread_id="tb", parent="c1", v=3, versions={"a": V1}),
+    ]
+    db = (
+        FakeDb()
+        .on("list", rows)
+        .on(
+            "pending_sends",
+            [
+                sends_row("c1", [Send("x", "a")], thread_id="ta"),
+                sends_row("c1", [Send("x", "b")], thread_id="tb"),
+            ],
+        )
+    )
+    listed = db.run(_core.list_checkpoints(CODEC, None, None, None, None))
+    (asked,) = db.sent("pending_sends")
+    assert asked.params == {
+        "thread_ids": ["ta", "tb"], "checkpoint_ns": ["", ""], "checkpoint_ids": ["c1", "c1"],
+    }  # fmt: skip
+    assert [t.checkpoint["channel_values"][TASKS] for t in listed] == [
+        [Send("x", "a")],
+        [Send("x", "b")],
+    ]
 
 
 # --- list: the statement it builds --------------------------------------------------------
