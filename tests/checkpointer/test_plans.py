@@ -15,9 +15,10 @@ from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 from devtools.postgres import create_database, database_name, drop_database
 from langgraph_deterministic import DeterministicSaver
 from langgraph_deterministic.checkpointer import _core
-from langgraph_deterministic.checkpointer._core import Operation
+from langgraph_deterministic.checkpointer._batch import Batch, Operation
+from langgraph_deterministic.checkpointer._rows import Codec
 
-CODEC = _core.Codec(JsonPlusSerializer())
+CODEC = Codec(JsonPlusSerializer())
 LONG = "long"  # a thread of 3,000 root checkpoints (+ 300 in subgraph namespaces)
 
 
@@ -63,11 +64,11 @@ def db(pg_server_dsn: str) -> Iterator[str]:
     drop_database(pg_server_dsn, database_name(dsn))
 
 
-def _first_batch(operation: Operation[Any]) -> _core.Batch:
+def _first_batch(operation: Operation[Any]) -> Batch:
     return next(operation)
 
 
-def _explain(dsn: str, batch: _core.Batch, analyze: bool = True) -> dict[str, Any]:
+def _explain(dsn: str, batch: Batch, analyze: bool = True) -> dict[str, Any]:
     """EXPLAIN the batch's last statement after its others, in a transaction rolled back."""
     *before, statement = batch.statements
     opts = "ANALYZE, BUFFERS, FORMAT JSON" if analyze else "FORMAT JSON"
@@ -96,7 +97,7 @@ def _rows_read(plan: dict[str, Any], relation: str) -> int:
     )
 
 
-def _list(config: Any, filter: Any = None, limit: int | None = 10) -> _core.Batch:
+def _list(config: Any, filter: Any = None, limit: int | None = 10) -> Batch:
     return _first_batch(_core.list_checkpoints(CODEC, config, filter, None, limit))
 
 
@@ -176,14 +177,14 @@ def _sent_by_list(db: str, monkeypatch: pytest.MonkeyPatch, *args: Any, **kwargs
     what it returned."""
     from langgraph_deterministic.checkpointer import saver as saver_module
 
-    sent: list[_core.Batch] = []
-    execute = saver_module._execute
+    sent: list[Batch] = []
+    execute = saver_module.execute
 
-    def recording(conn: Any, batch: _core.Batch) -> Any:
+    def recording(conn: Any, batch: Batch) -> Any:
         sent.append(batch)
         return execute(conn, batch)
 
-    monkeypatch.setattr(saver_module, "_execute", recording)
+    monkeypatch.setattr(saver_module, "execute", recording)
     with DeterministicSaver(db) as saver:
         listed = list(saver.list(*args, **kwargs))
     monkeypatch.undo()

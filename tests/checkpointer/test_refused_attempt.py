@@ -14,11 +14,8 @@ import pytest
 from langgraph.checkpoint.base import empty_checkpoint
 
 from langgraph_deterministic import DeterministicSaver
-from langgraph_deterministic.checkpointer.contract import (
-    ATTEMPT_KEY,
-    GRAPH_RUN_MARKER,
-    NULL_TASK_ID,
-)
+from langgraph_deterministic._compat.langgraph import NULL_TASK_ID
+from langgraph_deterministic.checkpointer._keys import ATTEMPT_KEY, GRAPH_RUN_MARKER
 from langgraph_deterministic.errors import ConcurrentRunError, RunSupersededError
 
 THREAD = "refused"

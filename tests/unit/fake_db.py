@@ -1,7 +1,7 @@
 """An in-memory stand-in for Postgres that drives the saver's sans-I/O core.
 
-The core's operations are generators that yield :class:`~_core.Batch` es and receive one
-result per statement (see ``checkpointer/_core.py``). :class:`FakeDb` answers them from
+The core's operations are generators that yield :class:`~Batch` es and receive one
+result per statement (see ``checkpointer/_batch.py``). :class:`FakeDb` answers them from
 handlers keyed by the name of the query each statement runs (its ``-- name:`` block in
 ``sql/queries.sql``), records every batch, and raises what a handler returns as an
 exception, so a test can feed canned rows and guard errors (``LG409``-``LG413``) to the
@@ -16,9 +16,11 @@ from typing import Any
 
 from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 
-from langgraph_deterministic.checkpointer import _core
+from langgraph_deterministic.checkpointer._batch import Batch, Operation, Results, Statement, run
+from langgraph_deterministic.checkpointer._queries import queries
+from langgraph_deterministic.checkpointer._rows import Codec
 
-CODEC = _core.Codec(JsonPlusSerializer())
+CODEC = Codec(JsonPlusSerializer())
 
 Handler = Callable[[Any], Any]
 
@@ -27,7 +29,7 @@ def query_name(sql: str) -> str:
     """The ``queries.sql`` block a statement comes from (or ``LISTEN``/``UNLISTEN``)."""
     if sql.startswith(("LISTEN ", "UNLISTEN ")):
         return sql.split(" ", 1)[0].lower()
-    blocks = _core.queries()
+    blocks = queries()
     for name, text in blocks.items():
         if sql == text:
             return name
@@ -63,7 +65,7 @@ class FakeDb:
     """Answers batches from ``handlers[name](params)``; unknown reads return no rows."""
 
     handlers: dict[str, Handler | list[Any]] = field(default_factory=dict)
-    batches: list[_core.Batch] = field(default_factory=list)
+    batches: list[Batch] = field(default_factory=list)
 
     def on(self, name: str, *answers: Any) -> FakeDb:
         """Answer the statements of query ``name`` with ``answers`` in turn (the last one
@@ -72,11 +74,11 @@ class FakeDb:
         self.handlers[name] = list(answers)
         return self
 
-    def execute(self, batch: _core.Batch) -> _core.Results:
+    def execute(self, batch: Batch) -> Results:
         self.batches.append(batch)
         if batch.wait is not None:
             return []
-        results: _core.Results = []
+        results: Results = []
         for statement in batch.statements:
             name = query_name(statement.sql)
             answers = self.handlers.get(name)
@@ -92,12 +94,12 @@ class FakeDb:
             results.append(answer)
         return results
 
-    def run(self, operation: _core.Operation[Any]) -> Any:
-        return _core.run(operation, self.execute)
+    def run(self, operation: Operation[Any]) -> Any:
+        return run(operation, self.execute)
 
     # -- reading what was sent -------------------------------------------------------
 
-    def statements(self) -> Iterator[tuple[str, _core.Statement]]:
+    def statements(self) -> Iterator[tuple[str, Statement]]:
         for batch in self.batches:
             for statement in batch.statements:
                 yield query_name(statement.sql), statement
@@ -109,7 +111,7 @@ class FakeDb:
             for b in self.batches
         ]
 
-    def sent(self, name: str) -> list[_core.Statement]:
+    def sent(self, name: str) -> list[Statement]:
         return [s for n, s in self.statements() if n == name]
 
 

@@ -15,7 +15,7 @@ from langchain_core.messages import HumanMessage
 from langgraph.types import Command, Send
 from pydantic import BaseModel
 
-from langgraph_deterministic.checkpointer.contract import input_fingerprint
+from langgraph_deterministic.checkpointer._fingerprint import input_fingerprint
 
 
 class Color(enum.Enum):

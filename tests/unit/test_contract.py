@@ -1,4 +1,4 @@
-"""The retry contract's decisions (checkpointer/contract.py), without a database: what a
+"""The retry contract's decisions (checkpointer/contract.py and the modules it is made of), without a database: what a
 config says about a call, whether a graph run may start, what goes into a write, and
 which error each guard SQLSTATE becomes."""
 
@@ -14,19 +14,19 @@ from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
 from langgraph.checkpoint.base import CheckpointTuple
 
 from langgraph_deterministic import run_config
-from langgraph_deterministic.checkpointer.contract import (
+from langgraph_deterministic._compat.langgraph import INTERRUPT, NULL_TASK_ID
+from langgraph_deterministic.checkpointer._keys import (
     ATTEMPT_KEY,
     BRANCH_KEY,
     FINGERPRINT_KEY,
     GRAPH_RUN_MARKER,
-    INTERRUPT,
-    NULL_TASK_ID,
-    Admission,
-    LedgerRow,
+)
+from langgraph_deterministic.checkpointer._ledger import Admission, LedgerRow
+from langgraph_deterministic.checkpointer._recorder import RunInputRecorder
+from langgraph_deterministic.checkpointer._sqlstate import translate_guard_error
+from langgraph_deterministic.checkpointer.contract import (
     RunContract,
-    RunInputRecorder,
     StartDecision,
-    translate_guard_error,
     unanswered_tool_calls,
 )
 from langgraph_deterministic.errors import (

@@ -14,18 +14,19 @@ from langgraph.checkpoint.serde.types import TASKS
 from langgraph.types import Send
 
 from langgraph_deterministic import run_config
-from langgraph_deterministic.checkpointer import _core
-from langgraph_deterministic.checkpointer.contract import (
+from langgraph_deterministic._compat.langgraph import NULL_TASK_ID
+from langgraph_deterministic.checkpointer import _batch, _core, _rows
+from langgraph_deterministic.checkpointer._keys import (
     ATTEMPT_KEY,
     FINGERPRINT_KEY,
     GRAPH_RUN_MARKER,
-    NULL_TASK_ID,
-    HeldLease,
-    RunContract,
 )
+from langgraph_deterministic.checkpointer._ledger import HeldLease
+from langgraph_deterministic.checkpointer.contract import RunContract
 from langgraph_deterministic.errors import (
     ConcurrentRunError,
     ConfigurationError,
+    PruneRefusedError,
     RunInputMismatchError,
     RunSupersededError,
     RunUnfinishedError,
@@ -573,12 +574,12 @@ def test_prune_arguments_and_delta_refusals() -> None:
     assert db.names() == [["delete_threads"]]
 
     refused = FakeDb().on("delta_threads", [("t2",)])
-    with pytest.raises(_core.PruneRefusedError, match=r"t2\. .*Nothing was pruned"):
+    with pytest.raises(PruneRefusedError, match=r"t2\. .*Nothing was pruned"):
         refused.run(_core.prune(["t1", "t2"], "keep_latest"))
     assert refused.names() == [["delta_threads"]]
 
     turned = FakeDb().on("prune_keep_latest", [(False,)], [(True,)])
-    with pytest.raises(_core.PruneRefusedError, match="threads pruned before it: t1"):
+    with pytest.raises(PruneRefusedError, match="threads pruned before it: t1"):
         turned.run(_core.prune(["t1", "t2"], "keep_latest"))
     assert [b.isolation for b in turned.batches[1:]] == ["repeatable read"] * 2
 
@@ -602,11 +603,11 @@ def test_delta_history_orders_writes_oldest_checkpoint_first() -> None:
 
 
 def test_next_version_is_the_peers_format_and_increments() -> None:
-    first = _core.next_version(None)
+    first = _rows.next_version(None)
     counter, tiebreak = first.split(".", 1)
     assert counter == f"{1:032}" and 0 <= float(tiebreak) < 1
-    assert _core.next_version(first).startswith(f"{2:032}.")
-    assert _core.next_version(5).startswith(f"{6:032}.")
+    assert _rows.next_version(first).startswith(f"{2:032}.")
+    assert _rows.next_version(5).startswith(f"{6:032}.")
 
 
 # --- the drivers' contract -----------------------------------------------------------------
@@ -615,31 +616,33 @@ def test_next_version_is_the_peers_format_and_increments() -> None:
 def test_a_failed_batch_is_thrown_into_the_operation_so_it_can_clean_up() -> None:
     seen: list[str] = []
 
-    def operation() -> _core.Operation[str]:
+    def operation() -> _batch.Operation[str]:
         try:
-            yield _core.Batch.read("SELECT 1")
+            yield _batch.Batch.read("SELECT 1")
         except KeyboardInterrupt:
-            yield _core.Batch.write(_core.Statement("SELECT 2"))
+            yield _batch.Batch.write(_batch.Statement("SELECT 2"))
             seen.append("cleaned up")
             raise
         return "unreachable"
 
-    def execute(batch: _core.Batch) -> _core.Results:
+    def execute(batch: _batch.Batch) -> _batch.Results:
         if batch.statements[0].sql == "SELECT 1":
             raise KeyboardInterrupt
         seen.append("cleanup sent")
         return [None]
 
     with pytest.raises(KeyboardInterrupt):
-        _core.run(operation(), execute)
+        _batch.run(operation(), execute)
     assert seen == ["cleanup sent", "cleaned up"]
 
 
 async def test_arun_drives_the_same_operation_as_run() -> None:
     row = checkpoint_row("c1", values={"n": 1})
 
-    async def execute(batch: _core.Batch) -> _core.Results:
+    async def execute(batch: _batch.Batch) -> _batch.Results:
         return FakeDb().on("select_checkpoint", [row]).execute(batch)
 
-    found = await _core.arun(_core.get_tuple(CODEC, {"configurable": {"thread_id": "t1"}}), execute)
+    found = await _batch.arun(
+        _core.get_tuple(CODEC, {"configurable": {"thread_id": "t1"}}), execute
+    )
     assert found is not None and found.checkpoint["channel_values"] == {"n": 1}

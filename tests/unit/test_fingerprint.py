@@ -1,4 +1,4 @@
-"""Input fingerprints (``contract.input_fingerprint``): equal for equal inputs, different
+"""Input fingerprints (``checkpointer/_fingerprint.py``): equal for equal inputs, different
 for different ones, for every kind of value a graph input holds, and the same in another
 process: a retry runs in a new worker, and a fingerprint that moved with hash
 randomisation or object identity would refuse a genuine retry (RunInputMismatchError)."""
@@ -23,7 +23,7 @@ from langchain_core.messages import HumanMessage
 from langgraph.types import Command, Send
 from pydantic import BaseModel
 
-from langgraph_deterministic.checkpointer.contract import input_fingerprint
+from langgraph_deterministic.checkpointer._fingerprint import input_fingerprint
 
 from .fingerprint_samples import Color, Order, Ticket, fingerprints, samples
 
