@@ -10,13 +10,8 @@ import psycopg
 import pytest
 from langgraph.checkpoint.base import empty_checkpoint
 
+from devtools.postgres import create_database, database_name, drop_database, start_postgres
 from langgraph_deterministic import DeterministicSaver
-from langgraph_deterministic.embedded import (
-    EmbeddedPostgres,
-    create_database,
-    database_name,
-    drop_database,
-)
 
 _HAS_LZ4 = (
     "SELECT 'lz4' = ANY(enumvals) FROM pg_settings WHERE name = 'default_toast_compression'"
@@ -48,7 +43,7 @@ def lz4_server(pg_server_dsn: str) -> Iterator[str]:
         yield pg_server_dsn
         return
     try:
-        server = EmbeddedPostgres.start(backend="system")
+        server = start_postgres(backend="system")
     except Exception as exc:  # no system binaries here
         pytest.skip(f"no Postgres with lz4 on this machine: {exc}")
     try:

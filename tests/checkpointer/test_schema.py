@@ -22,9 +22,9 @@ from typing import Any, get_args
 import psycopg
 import pytest
 
+from devtools.postgres import create_database, database_name, drop_database
 from langgraph_deterministic import DeterministicSaver
 from langgraph_deterministic.checkpointer import contract
-from langgraph_deterministic.embedded import create_database, database_name, drop_database
 from langgraph_deterministic.runner._postgres import SQLSTATE_LOST
 
 #: every LG-class SQLSTATE Python translates: the contract's and the journal's
