@@ -40,6 +40,7 @@ from typing import Any, Literal, TypeVar
 import psycopg
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import (
+    WRITES_IDX_MAP,
     BaseCheckpointSaver,
     ChannelVersions,
     Checkpoint,
@@ -57,8 +58,11 @@ from psycopg_pool import AsyncConnectionPool, ConnectionPool
 from langgraph_deterministic.checkpointer import _core, _migrate
 from langgraph_deterministic.checkpointer._core import Batch, Operation, Results
 from langgraph_deterministic.checkpointer._leases import LeaseKeeper
+from langgraph_deterministic.checkpointer._writebuffer import WriteBuffer
 from langgraph_deterministic.checkpointer.contract import (
+    ATTEMPT_KEY,
     DEFAULT_METADATA_KEYS,
+    NULL_TASK_ID,
     HeldLease,
     MultitaskStrategy,
     RunContract,
@@ -246,6 +250,12 @@ class DeterministicSaver(BaseCheckpointSaver[str]):
     multitask_strategy=...)`` overrides it per call. A graph run holds its thread's lease
     while it runs; ``lease_ttl`` (seconds) is how long a crashed worker keeps the thread
     busy (the lease is renewed by writes and a heartbeat while the run is alive).
+
+    ``buffer_writes`` (default on): in a graph run this saver admitted, a superstep's
+    pending writes are stored in the transaction of the checkpoint that ends it (one
+    commit per superstep, still before the next superstep starts), or when the run ends;
+    a worker killed mid-superstep then loses the writes of that superstep's finished
+    tasks. ``False`` commits every ``put_writes`` on its own.
     """
 
     def __init__(
@@ -262,6 +272,7 @@ class DeterministicSaver(BaseCheckpointSaver[str]):
         multitask_strategy: MultitaskStrategy = "reject",
         lease_ttl: float = 30.0,
         enqueue_timeout: float = 300.0,
+        buffer_writes: bool = True,
     ) -> None:
         super().__init__(serde=serde or JsonPlusSerializer())  # sets self.serde (below)
         self.multitask_strategy: MultitaskStrategy = check_strategy(multitask_strategy)
@@ -282,7 +293,15 @@ class DeterministicSaver(BaseCheckpointSaver[str]):
             DEFAULT_METADATA_KEYS if metadata_keys is None else frozenset(metadata_keys)
         )
         self._contract: RunContract | None = None
-        self._leases = LeaseKeeper(self._run, self._arun, lambda: self.lease_ttl)
+        # A superstep's pending writes ride in its checkpoint's transaction (_writebuffer).
+        self._writes = WriteBuffer() if buffer_writes else None
+        writes = self._writes
+        self._leases = LeaseKeeper(
+            self._run,
+            self._arun,
+            lambda: self.lease_ttl,
+            writes.end if writes else _none,
+        )
         self._dsn: str | None = None
         self._pool: ConnectionPool[Any] | None = None
         self._apool: AsyncConnectionPool[Any] | None = None
@@ -709,9 +728,79 @@ class DeterministicSaver(BaseCheckpointSaver[str]):
         """Async :meth:`get_run`."""
         return await self._arun(_core.get_run(self._codec, str(thread_id), str(run_id)))
 
+    # -- pending writes of a superstep (see _writebuffer) -------------------------------
+
+    def _writes_op(
+        self,
+        config: RunnableConfig,
+        writes: Sequence[tuple[str, Any]],
+        task_id: str,
+        task_path: str,
+    ) -> Operation[None] | None:
+        """The operation storing these writes now, or None: they wait for the put that
+        continues their checkpoint (a graph run this saver admitted, plain writes only)."""
+        op = _core.put_writes(self._codec, config, writes, task_id, task_path, self.contract)
+        buffer = self._writes
+        configurable = config.get("configurable") or {}
+        if buffer is None or not writes or "thread_id" not in configurable:
+            return op
+        thread_id = str(configurable["thread_id"])
+        key = (str(configurable.get("checkpoint_ns") or ""), str(configurable.get("checkpoint_id")))
+        attempt = configurable.get(ATTEMPT_KEY)
+        if (
+            attempt is None
+            or not self._leases.holds(str(attempt))
+            or task_id == NULL_TASK_ID
+            or any(channel in WRITES_IDX_MAP for channel, _ in writes)
+        ):
+            # Stored now, with the writes of the same checkpoint waiting so far.
+            waiting = [] if attempt is None else buffer.take(str(attempt), key, seal=False)
+            return _core.writes_first(op, waiting)
+        try:
+            batch = next(op)  # serialised and checked now: errors surface from this call
+        except StopIteration:
+            return None
+        op.close()
+        if buffer.add(str(attempt), thread_id, key, batch.statements):
+            return None
+        # The put continuing this checkpoint went out already: store them on their own.
+        return _core.put_writes(self._codec, config, writes, task_id, task_path, self.contract)
+
+    def _put_op(
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+    ) -> Operation[RunnableConfig]:
+        op = _core.put(self._codec, config, checkpoint, metadata, new_versions, self.contract)
+        configurable = config.get("configurable") or {}
+        parent = configurable.get("checkpoint_id")
+        attempt = configurable.get(ATTEMPT_KEY)
+        if self._writes is None or not parent or attempt is None:
+            return op
+        waiting = self._writes.take(
+            str(attempt), (str(configurable.get("checkpoint_ns") or ""), str(parent)), seal=True
+        )
+        return _core.writes_first(op, waiting) if waiting else op
+
+    def _pending_of(self, config: RunnableConfig | None) -> Operation[None] | None:
+        """Before a read of a thread: store the writes waiting on it, so this process
+        reads its own writes."""
+        configurable = (config or {}).get("configurable") or {}
+        if self._writes is None or "thread_id" not in configurable:
+            return None
+        ns = configurable.get("checkpoint_ns")
+        waiting = self._writes.take_thread(
+            str(configurable["thread_id"]), None if ns is None else str(ns)
+        )
+        return _core.store(waiting) if waiting else None
+
     # -- BaseCheckpointSaver: sync ---------------------------------------------------
 
     def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        if (pending := self._pending_of(config)) is not None:
+            self._run(pending)
         found = self._run(_core.get_tuple(self._codec, config, self.contract))
         self._leases.bind(config, is_async=False)
         return found
@@ -724,6 +813,8 @@ class DeterministicSaver(BaseCheckpointSaver[str]):
         before: RunnableConfig | None = None,
         limit: int | None = None,
     ) -> Iterator[CheckpointTuple]:
+        if (pending := self._pending_of(config)) is not None:
+            self._run(pending)
         yield from self._run(_core.list_checkpoints(self._codec, config, filter, before, limit))
 
     def put(
@@ -733,9 +824,7 @@ class DeterministicSaver(BaseCheckpointSaver[str]):
         metadata: CheckpointMetadata,
         new_versions: ChannelVersions,
     ) -> RunnableConfig:
-        return self._run(
-            _core.put(self._codec, config, checkpoint, metadata, new_versions, self.contract)
-        )
+        return self._run(self._put_op(config, checkpoint, metadata, new_versions))
 
     def put_writes(
         self,
@@ -744,7 +833,8 @@ class DeterministicSaver(BaseCheckpointSaver[str]):
         task_id: str,
         task_path: str = "",
     ) -> None:
-        self._run(_core.put_writes(self._codec, config, writes, task_id, task_path, self.contract))
+        if (op := self._writes_op(config, writes, task_id, task_path)) is not None:
+            self._run(op)
 
     def put_batch(
         self,
@@ -778,6 +868,8 @@ class DeterministicSaver(BaseCheckpointSaver[str]):
     # -- BaseCheckpointSaver: async --------------------------------------------------
 
     async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        if (pending := self._pending_of(config)) is not None:
+            await self._arun(pending)
         found = await self._arun(_core.get_tuple(self._codec, config, self.contract))
         self._leases.bind(config, is_async=True)
         return found
@@ -790,6 +882,8 @@ class DeterministicSaver(BaseCheckpointSaver[str]):
         before: RunnableConfig | None = None,
         limit: int | None = None,
     ) -> AsyncIterator[CheckpointTuple]:
+        if (pending := self._pending_of(config)) is not None:
+            await self._arun(pending)
         for item in await self._arun(
             _core.list_checkpoints(self._codec, config, filter, before, limit)
         ):
@@ -802,9 +896,7 @@ class DeterministicSaver(BaseCheckpointSaver[str]):
         metadata: CheckpointMetadata,
         new_versions: ChannelVersions,
     ) -> RunnableConfig:
-        return await self._arun(
-            _core.put(self._codec, config, checkpoint, metadata, new_versions, self.contract)
-        )
+        return await self._arun(self._put_op(config, checkpoint, metadata, new_versions))
 
     async def aput_writes(
         self,
@@ -813,9 +905,8 @@ class DeterministicSaver(BaseCheckpointSaver[str]):
         task_id: str,
         task_path: str = "",
     ) -> None:
-        await self._arun(
-            _core.put_writes(self._codec, config, writes, task_id, task_path, self.contract)
-        )
+        if (op := self._writes_op(config, writes, task_id, task_path)) is not None:
+            await self._arun(op)
 
     async def aput_batch(
         self,
@@ -875,6 +966,10 @@ class DeterministicSaver(BaseCheckpointSaver[str]):
         self, *, config: RunnableConfig, channels: Sequence[str]
     ) -> Mapping[str, DeltaChannelHistory]:
         return await self._arun(_core.delta_history(self._codec, config, channels))
+
+
+def _none(attempt: str) -> list[_core.Statement]:
+    return []
 
 
 def _direct_only(
