@@ -83,7 +83,9 @@ from langgraph_deterministic.embedded import (
     redact_dsn,
 )
 
-SIDES = ("ours", "peer", "memory")
+SIDES: tuple[str, ...] = ("ours", "peer", "memory")
+# --ab adds ours with per-call commits (buffer_writes=False): the gain of folding writes
+AB_SIDE = "ours_percall"
 NETS = ("direct", "1ms")
 # LangGraph's documented connection settings; both savers share these pools.
 POOL_KWARGS: dict[str, Any] = b.PEER_POOL_KWARGS
@@ -174,6 +176,8 @@ async def open_net(name: str, dsn: str, size: int, policy: str, shared: bool) ->
     savers: dict[tuple[str, bool], BaseCheckpointSaver[Any]] = {
         ("ours", True): DeterministicSaver(o_pool, run_id_policy=policy),  # type: ignore[arg-type]
         ("ours", False): DeterministicSaver(o_apool, run_id_policy=policy),  # type: ignore[arg-type]
+        (AB_SIDE, True): DeterministicSaver(o_pool, run_id_policy=policy, buffer_writes=False),  # type: ignore[arg-type]
+        (AB_SIDE, False): DeterministicSaver(o_apool, run_id_policy=policy, buffer_writes=False),  # type: ignore[arg-type]
         ("peer", True): PostgresSaver(pool),  # type: ignore[arg-type]
         ("peer", False): AsyncPostgresSaver(apool),  # type: ignore[arg-type]
     }
@@ -204,9 +208,13 @@ def run_sync(net: Net, side: str, ops: int) -> Sample:
     timer = Timer(net.server_cpu if side != "memory" else None)
     for _ in range(ops):
         with timer.op():
-            out = graph.invoke(b.graph_input(), b.graph_config(side), durability="sync")
+            out = graph.invoke(b.graph_input(), config_of(side), durability="sync")
         assert len(out["messages"]) == b.EXPECTED_MESSAGES, len(out["messages"])
     return timer.sample()
+
+
+def config_of(side: str) -> Any:
+    return b.graph_config("ours" if side == AB_SIDE else side)
 
 
 async def run_async(net: Net, side: str, ops: int, concurrency: int) -> Sample:
@@ -217,7 +225,7 @@ async def run_async(net: Net, side: str, ops: int, concurrency: int) -> Sample:
     async def task() -> None:
         for _ in range(per_task):
             t0 = time.perf_counter()
-            out = await graph.ainvoke(b.graph_input(), b.graph_config(side), durability="sync")
+            out = await graph.ainvoke(b.graph_input(), config_of(side), durability="sync")
             timer.add(time.perf_counter() - t0)
             assert len(out["messages"]) == b.EXPECTED_MESSAGES, len(out["messages"])
 
@@ -245,23 +253,25 @@ def supersteps_per_run() -> int:
     )
 
 
-def traced_round_trips(dsn: str, policy: str, shared: bool) -> dict[str, dict[str, float]]:
+def traced_round_trips(
+    dsn: str, policy: str, shared: bool, sides: Sequence[str] = ("ours", "peer")
+) -> dict[str, dict[str, float]]:
     """Exact protocol counts of one sync graph run per Postgres side, each on one
     connection with the pool's settings (calls then share it one at a time, so every
     round trip is serial)."""
     out = {}
-    for side in ("ours", "peer"):
+    for side in sides:
         kwargs = POOL_KWARGS if shared or side == "peer" else b.OURS_POOL_KWARGS
         with psycopg.connect(dsn, **kwargs) as conn:
             saver: BaseCheckpointSaver[Any] = (
-                DeterministicSaver(conn, run_id_policy=policy)  # type: ignore[arg-type]
-                if side == "ours"
-                else PostgresSaver(conn)  # type: ignore[arg-type]
+                PostgresSaver(conn)  # type: ignore[arg-type]
+                if side == "peer"
+                else DeterministicSaver(conn, run_id_policy=policy, buffer_writes=side == "ours")  # type: ignore[arg-type]
             )
             graph = b.build_graph(False).compile(checkpointer=saver)
             for _ in range(2):  # warm up: prepared statements, caches
-                graph.invoke(b.graph_input(), b.graph_config(side), durability="sync")
-            config = b.graph_config(side)
+                graph.invoke(b.graph_input(), config_of(side), durability="sync")
+            config = config_of(side)
             out[side] = trace_counts(
                 conn, partial(graph.invoke, b.graph_input(), config, durability="sync")
             )
@@ -376,6 +386,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--run-id-policy", default="require", choices=["require", "warn", "off"])
     parser.add_argument("--scale", type=float, default=1.0, help="multiply runs per sample")
     parser.add_argument("--json", type=Path, default=None, help="also write results as JSON")
+    parser.add_argument(
+        "--ab", action="store_true", help=f"add side {AB_SIDE}: ours with buffer_writes=False"
+    )
     args = parser.parse_args(argv)
     args.only = [n for n in args.only.split(",") if n]
     if unknown := sorted(set(args.only) - set(WORKLOAD_NAMES)):
@@ -405,7 +418,7 @@ async def run_rounds(args: argparse.Namespace, nets: dict[str, Net]) -> list[Cel
             await warm(c)
     for r in range(args.rounds):
         started = time.perf_counter()
-        order = SIDES[r % 3 :] + SIDES[: r % 3]
+        order = SIDES[r % len(SIDES) :] + SIDES[: r % len(SIDES)]
         for c in cells:
             for side in order:
                 gc.collect()
@@ -418,7 +431,10 @@ async def run_rounds(args: argparse.Namespace, nets: dict[str, Net]) -> list[Cel
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    global SIDES
     args = parse_args(argv)
+    if args.ab:
+        SIDES = (*SIDES, AB_SIDE)
     url, server = ensure_database_url()
     databases: list[str] = []
     stop_proxy: Callable[[], None] | None = None
@@ -461,7 +477,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                  if added_rtt is not None else ""), flush=True)  # fmt: skip
 
         steps = supersteps_per_run()
-        traced = traced_round_trips(dsn, args.run_id_policy, shared)
+        traced = traced_round_trips(
+            dsn, args.run_id_policy, shared, [s for s in SIDES if s != "memory"]
+        )
 
         async def go() -> list[Cell]:
             nets = {
@@ -486,14 +504,28 @@ def main(argv: Sequence[str] | None = None) -> int:
             "srv = the pool's Postgres backends"
         )
         print(format_cpu(cells))
+        if args.ab:
+            print(f"\nA/B: ours (writes folded into the put) vs {AB_SIDE} (a commit per call)")
+            for c in cells:
+                ab = c.ratios(AB_SIDE)
+                (oc, os_), (ac, as_) = c.cpu_ms("ours"), c.cpu_ms(AB_SIDE)
+                cpu = (
+                    f"cpu {oc:.1f}+{os_:.1f} vs {ac:.1f}+{as_:.1f} ms"
+                    if os_ is not None and as_ is not None
+                    else f"client cpu {oc:.1f} vs {ac:.1f} ms"
+                )
+                print(
+                    f"  {c.workload.name:<16} {c.net:<6} {c.ratio(AB_SIDE):.2f}x "
+                    f"({min(ab):.2f}-{max(ab):.2f}x)  p50 {c.p50_ms('ours'):.1f} vs "
+                    f"{c.p50_ms(AB_SIDE):.1f} ms  {cpu}"
+                )
         print(
             f"\nround trips (libpq trace of one sync run on one connection; {steps} "
             "checkpoints = supersteps per run incl. the input step):"
         )
-        for side in ("ours", "peer"):
-            t = traced[side]
+        for side, t in traced.items():
             print(
-                f"  {side:<5} {t['rt']:>4.0f} round trips/run = {t['rt'] / steps:.2f}/superstep; "
+                f"  {side:<12} {t['rt']:>4.0f} round trips/run = {t['rt'] / steps:.2f}/superstep; "
                 f"{t['stmts']:.0f} statements, {t['parse']:.0f} parsed, {t['kb_out']:.1f} KB sent"
             )
         serial: dict[str, dict[str, float]] = {}

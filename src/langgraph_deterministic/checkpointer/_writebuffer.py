@@ -12,8 +12,9 @@ superstep. What does not wait:
 * special writes (an error, an interrupt, a resume, a scheduled task) and input and
   Command writes: stored at once, with the writes of the same checkpoint waiting so far;
 * writes whose checkpoint already has its child (a late write racing the ``put``);
-* writes outside a graph run this saver admitted (``update_state``, direct calls,
-  subgraph namespaces, runs without ``run_config``), where no end of run is heard.
+* writes outside a graph run this saver admitted (``update_state``, direct calls, runs
+  without ``run_config``), where no end of run is heard. A run's subgraphs share its
+  ``run_config`` recorder: their writes wait for their own namespace's put.
 
 Whatever is still waiting when the graph call ends, returns or raises, is stored in the
 transaction that releases the run's lease; a read of the thread in this process stores

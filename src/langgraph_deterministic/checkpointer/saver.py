@@ -60,7 +60,6 @@ from langgraph_deterministic.checkpointer._core import Batch, Operation, Results
 from langgraph_deterministic.checkpointer._leases import LeaseKeeper
 from langgraph_deterministic.checkpointer._writebuffer import WriteBuffer
 from langgraph_deterministic.checkpointer.contract import (
-    ATTEMPT_KEY,
     DEFAULT_METADATA_KEYS,
     NULL_TASK_ID,
     HeldLease,
@@ -746,22 +745,21 @@ class DeterministicSaver(BaseCheckpointSaver[str]):
             return op
         thread_id = str(configurable["thread_id"])
         key = (str(configurable.get("checkpoint_ns") or ""), str(configurable.get("checkpoint_id")))
-        attempt = configurable.get(ATTEMPT_KEY)
+        attempt = self._admitted_attempt(config, thread_id)
         if (
             attempt is None
-            or not self._leases.holds(str(attempt))
             or task_id == NULL_TASK_ID
             or any(channel in WRITES_IDX_MAP for channel, _ in writes)
         ):
             # Stored now, with the writes of the same checkpoint waiting so far.
-            waiting = [] if attempt is None else buffer.take(str(attempt), key, seal=False)
+            waiting = [] if attempt is None else buffer.take(attempt, key, seal=False)
             return _core.writes_first(op, waiting)
         try:
             batch = next(op)  # serialised and checked now: errors surface from this call
         except StopIteration:
             return None
         op.close()
-        if buffer.add(str(attempt), thread_id, key, batch.statements):
+        if buffer.add(attempt, thread_id, key, batch.statements):
             return None
         # The put continuing this checkpoint went out already: store them on their own.
         return _core.put_writes(self._codec, config, writes, task_id, task_path, self.contract)
@@ -776,13 +774,25 @@ class DeterministicSaver(BaseCheckpointSaver[str]):
         op = _core.put(self._codec, config, checkpoint, metadata, new_versions, self.contract)
         configurable = config.get("configurable") or {}
         parent = configurable.get("checkpoint_id")
-        attempt = configurable.get(ATTEMPT_KEY)
-        if self._writes is None or not parent or attempt is None:
+        if self._writes is None or not parent or "thread_id" not in configurable:
+            return op
+        attempt = self._admitted_attempt(config, str(configurable["thread_id"]))
+        if attempt is None:
             return op
         waiting = self._writes.take(
-            str(attempt), (str(configurable.get("checkpoint_ns") or ""), str(parent)), seal=True
+            attempt, (str(configurable.get("checkpoint_ns") or ""), str(parent)), seal=True
         )
         return _core.writes_first(op, waiting) if waiting else op
+
+    def _admitted_attempt(self, config: RunnableConfig, thread_id: str) -> str | None:
+        """The attempt token of the graph run (root or subgraph) this call belongs to,
+        if this saver admitted it and will hear it end; else None. Read from the call's
+        run_config recorder: a run on a new thread has no token in its configs."""
+        recorder = find_recorder(config)
+        held = recorder.held if recorder is not None else None
+        if held is None or held.thread_id != thread_id or not self._leases.holds(held.attempt):
+            return None
+        return held.attempt
 
     def _pending_of(self, config: RunnableConfig | None) -> Operation[None] | None:
         """Before a read of a thread: store the writes waiting on it, so this process
