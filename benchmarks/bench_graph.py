@@ -14,8 +14,11 @@ connections, opened full, LangGraph's documented settings ``autocommit=True,
 prepare_threshold=0, row_factory=dict_row``): one sync pool for sync runs, one async pool
 for async runs, per network. Networks: ``direct`` (the server's own address, a unix socket
 for the embedded Postgres) and ``1ms`` (through delay_proxy.py, a TCP proxy in a child
-process adding ``--delay-ms`` to each direction; the round trip it really adds is
-measured and printed).
+process adding ``--rtt-ms`` (default 1) to every round trip, half each way; the round
+trip it really adds is measured and printed). ``--ab`` adds a fourth side,
+``ours_percall``: DeterministicSaver with ``buffer_writes=False`` (a commit per
+``put_writes``), the measure of folding a superstep's writes into its checkpoint's
+transaction.
 
 Workloads, per network: ``graph_sync`` (invoke, one at a time), ``graph_async`` (ainvoke,
 one at a time = concurrency 1), ``graph_async_c8`` / ``graph_async_c32`` (8 / 32 tasks
@@ -381,7 +384,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--quick", action="store_true", help="smoke run: 1 run per sample")
     parser.add_argument("--only", default="", help=f"comma-separated subset of {WORKLOAD_NAMES}")
     parser.add_argument("--nets", default="direct,1ms", help="comma-separated subset of direct,1ms")
-    parser.add_argument("--delay-ms", type=float, default=1.0, help="proxy delay per direction")
+    parser.add_argument("--rtt-ms", type=float, default=1.0, help="proxy delay per round trip")
     parser.add_argument("--pool-size", type=int, default=10)
     parser.add_argument("--run-id-policy", default="require", choices=["require", "warn", "off"])
     parser.add_argument("--scale", type=float, default=1.0, help="multiply runs per sample")
@@ -451,7 +454,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if "1ms" in args.nets:
             unix, host, port = unix_socket(dsn)
             proxy_port, stop_proxy = delay_proxy.start(
-                unix=unix, host=host, port=port, delay_ms=args.delay_ms
+                unix=unix, host=host, port=port, rtt_ms=args.rtt_ms
             )
             dsns["1ms"] = make_conninfo(dsn, host="127.0.0.1", port=str(proxy_port))
         rtt = {n: measured_rtt_ms(dsns[n]) for n in args.nets}
@@ -473,7 +476,7 @@ def main(argv: Sequence[str] | None = None) -> int:
               f"python {platform.python_version()}, {os.cpu_count()} CPUs\n"
               f"# SELECT 1 round trip: "
               + ", ".join(f"{n} {rtt[n]:.3f} ms" for n in args.nets)
-              + (f" (proxy adds {added_rtt:.3f} ms, {args.delay_ms:g} ms each way asked)"
+              + (f" (proxy adds {added_rtt:.3f} ms, {args.rtt_ms:g} ms asked)"
                  if added_rtt is not None else ""), flush=True)  # fmt: skip
 
         steps = supersteps_per_run()
