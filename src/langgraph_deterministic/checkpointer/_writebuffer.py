@@ -16,30 +16,47 @@ superstep. What does not wait:
   without ``run_config``), where no end of run is heard. A run's subgraphs share its
   ``run_config`` recorder: their writes wait for their own namespace's put.
 
-Whatever is still waiting when the graph call ends, returns or raises, is stored in the
-transaction that releases the run's lease; a read of the thread in this process stores
-it first. The trade-off: a worker killed in the middle of a superstep loses the writes
-of the tasks of that superstep that had finished (they run again on the retry), where
-per-call commits would have kept those that got through. Nothing a finished superstep
-wrote is at risk. ``DeterministicSaver(..., buffer_writes=False)`` commits every call.
+Writes wait at most ``window`` seconds (``DeterministicSaver(buffer_writes=...)``,
+default 0.05): a task that finished while its siblings still run (a fan-out of slow model
+calls) has its writes stored on their own by then, and the put continuing their
+checkpoint waits for that commit, so it never becomes durable before them. Whatever is
+still waiting when the graph call ends, returns or raises, is stored in the transaction
+that releases the run's lease; a read of the thread in this process stores it first.
+
+The trade-off: a worker killed within ``window`` of a task's end, before its superstep's
+checkpoint, loses that task's writes (it runs again on the retry), where a commit per
+call loses them only while that call is in flight. Nothing a finished superstep wrote is
+at risk. A timed store that fails (a lost connection) is logged; those tasks run again on
+a retry, as after a crash. ``buffer_writes=0`` commits every call.
 """
 
 from __future__ import annotations
 
+import asyncio
+import heapq
+import logging
 import threading
-from collections.abc import Sequence
+import time
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 
 from langgraph_deterministic.checkpointer._core import Statement
 
+logger = logging.getLogger("langgraph_deterministic")
+
 # (checkpoint_ns, checkpoint_id) of the checkpoint pending writes belong to
 Key = tuple[str, str]
+# A timed store in flight: the put continuing its checkpoint waits for it.
+Waiter = threading.Event | asyncio.Future[None]
 
 
 @dataclass(slots=True)
 class _Run:
     thread_id: str
     pending: dict[Key, list[Statement]] = field(default_factory=dict)
+    due: dict[Key, float] = field(default_factory=dict)
+    timers: dict[Key, asyncio.TimerHandle] = field(default_factory=dict)
+    flushing: dict[Key, Waiter] = field(default_factory=dict)
     # checkpoints whose child has been written: a write for them no longer waits
     sealed: set[Key] = field(default_factory=set)
 
@@ -50,36 +67,65 @@ class WriteBuffer:
     Keyed by the attempt token, not the thread: a zombie attempt in the same process
     (its lease taken over) must not have its writes folded into the winner's put, where
     its fence would refuse the winner's whole transaction. Thread-safe: LangGraph's sync
-    loop calls ``put_writes`` and ``put`` from executor threads."""
+    loop calls ``put_writes`` and ``put`` from executor threads. ``store`` / ``astore``
+    commit statements on their own (the timed store)."""
 
-    def __init__(self) -> None:
+    def __init__(
+        self,
+        window: float,
+        store: Callable[[list[Statement]], None],
+        astore: Callable[[list[Statement]], Awaitable[None]],
+    ) -> None:
+        self.window = window
+        self._store, self._astore = store, astore
         self._lock = threading.Lock()
         self._runs: dict[str, _Run] = {}
+        self._timer = _TimerThread(self._fire)
 
-    def add(self, attempt: str, thread_id: str, key: Key, statements: Sequence[Statement]) -> bool:
+    def add(
+        self,
+        attempt: str,
+        thread_id: str,
+        key: Key,
+        statements: Sequence[Statement],
+        loop: asyncio.AbstractEventLoop | None,
+    ) -> bool:
         """Keep ``statements`` for the put that continues ``key``. False when that put
-        has been made already: the caller stores them itself."""
+        has been made already: the caller stores them itself. ``loop``: the event loop of
+        an async run (its timed store runs there), None for a sync run."""
         with self._lock:
             run = self._runs.get(attempt)
             if run is None:
                 run = self._runs[attempt] = _Run(thread_id)
             if key in run.sealed:
                 return False
-            run.pending.setdefault(key, []).extend(statements)
-            return True
+            waiting = run.pending.get(key)
+            if waiting is not None:
+                waiting.extend(statements)
+                return True
+            run.pending[key] = list(statements)
+            due = run.due[key] = time.monotonic() + self.window
+            if loop is not None:
+                run.timers[key] = loop.call_later(self.window, self._afire, attempt, key)
+        if loop is None:
+            self._timer.at(due, attempt, key)
+        return True
 
-    def take(self, attempt: str, key: Key, *, seal: bool) -> list[Statement]:
+    def take(self, attempt: str, key: Key, *, seal: bool) -> tuple[list[Statement], Waiter | None]:
         """The writes waiting for ``key`` (for the put continuing it: ``seal``, so a
-        later write of that checkpoint is stored on its own)."""
+        later write of that checkpoint is stored on its own). If a timed store of them is
+        in flight, ``([], waiter)``: wait for it, then take again."""
         if attempt not in self._runs:  # unlocked fast path: nothing buffered for it
-            return []
+            return [], None
         with self._lock:
             run = self._runs.get(attempt)
             if run is None:
-                return []
+                return [], None
+            if (waiter := run.flushing.get(key)) is not None:
+                return [], waiter
             if seal:
                 run.sealed.add(key)
-            return run.pending.pop(key, [])
+            return self._pop(run, key), None
 
     def end(self, attempt: str) -> list[Statement]:
         """The run is over: every write still waiting; the attempt is forgotten."""
@@ -87,7 +133,9 @@ class WriteBuffer:
             return []
         with self._lock:
             run = self._runs.pop(attempt, None)
-        return [st for sts in (run.pending.values() if run else ()) for st in sts]
+            if run is None:
+                return []
+            return [st for key in list(run.pending) for st in self._pop(run, key)]
 
     def take_thread(self, thread_id: str, checkpoint_ns: str | None = None) -> list[Statement]:
         """Every write waiting on the thread (in ``checkpoint_ns`` only, if given)."""
@@ -99,5 +147,123 @@ class WriteBuffer:
                 if run.thread_id != thread_id:
                     continue
                 for key in [k for k in run.pending if checkpoint_ns in (None, k[0])]:
-                    taken.extend(run.pending.pop(key))
+                    taken.extend(self._pop(run, key))
         return taken
+
+    def close(self) -> None:
+        self._timer.close()
+
+    @staticmethod
+    def _pop(run: _Run, key: Key) -> list[Statement]:
+        run.due.pop(key, None)
+        if (timer := run.timers.pop(key, None)) is not None:
+            timer.cancel()  # from another thread too: a stale fire finds nothing
+        return run.pending.pop(key, [])
+
+    def _expired(self, attempt: str, key: Key, waiter: Waiter) -> list[Statement]:
+        with self._lock:
+            run = self._runs.get(attempt)
+            if run is None or key not in run.pending or run.due[key] > time.monotonic():
+                return []
+            run.timers.pop(key, None)
+            run.flushing[key] = waiter
+            run.due.pop(key)
+            return run.pending.pop(key)
+
+    def _done(self, attempt: str, key: Key) -> None:
+        with self._lock:
+            run = self._runs.get(attempt)
+            if run is not None:
+                run.flushing.pop(key, None)
+
+    def _fire(self, attempt: str, key: Key) -> None:
+        """The sync run's window ended (timer thread)."""
+        event = threading.Event()
+        if not (statements := self._expired(attempt, key, event)):
+            return
+        try:
+            self._store(statements)
+        except Exception:
+            _lost(len(statements))
+        finally:
+            self._done(attempt, key)
+            event.set()
+
+    def _afire(self, attempt: str, key: Key) -> None:
+        """The async run's window ended (a callback on its event loop)."""
+        done = asyncio.get_running_loop().create_future()
+        if not (statements := self._expired(attempt, key, done)):
+            return
+
+        async def store() -> None:
+            try:
+                await self._astore(statements)
+            except Exception:
+                _lost(len(statements))
+            finally:
+                self._done(attempt, key)
+                done.set_result(None)
+
+        task = asyncio.ensure_future(store())
+        _TASKS.add(task)
+        task.add_done_callback(_TASKS.discard)
+
+
+_TASKS: set[asyncio.Future[None]] = set()  # timed stores in flight (keep a reference)
+
+
+def _lost(count: int) -> None:
+    logger.warning(
+        "langgraph-deterministic: %d pending write(s) of a finished task could not be "
+        "stored; that task runs again on a retry.",
+        count,
+        exc_info=True,
+    )
+
+
+class _TimerThread:
+    """One daemon thread per saver calling ``fire(attempt, key)`` at each deadline of
+    the sync runs' waiting writes; it ends when idle and starts again when needed."""
+
+    def __init__(self, fire: Callable[[str, Key], None]) -> None:
+        self._fire = fire
+        self._cond = threading.Condition()
+        self._heap: list[tuple[float, str, Key]] = []
+        self._thread: threading.Thread | None = None
+        self._closed = False
+
+    def at(self, due: float, attempt: str, key: Key) -> None:
+        with self._cond:
+            heapq.heappush(self._heap, (due, attempt, key))
+            if self._thread is None:
+                self._thread = threading.Thread(
+                    target=self._loop, name="langgraph-deterministic-writes", daemon=True
+                )
+                self._thread.start()
+            elif self._heap[0][0] == due:
+                self._cond.notify()
+
+    def close(self) -> None:
+        with self._cond:
+            self._closed = True
+            self._heap.clear()
+            self._cond.notify()
+
+    def _loop(self) -> None:
+        while True:
+            with self._cond:
+                while True:
+                    if self._closed:
+                        self._thread = None
+                        return
+                    if not self._heap:
+                        if not self._cond.wait(1.0) and not self._heap:
+                            self._thread = None  # idle: at() starts a new one
+                            return
+                        continue
+                    wait = self._heap[0][0] - time.monotonic()
+                    if wait <= 0:
+                        _, attempt, key = heapq.heappop(self._heap)
+                        break
+                    self._cond.wait(wait)
+            self._fire(attempt, key)

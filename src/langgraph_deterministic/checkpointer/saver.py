@@ -58,7 +58,7 @@ from psycopg_pool import AsyncConnectionPool, ConnectionPool
 from langgraph_deterministic.checkpointer import _core, _migrate
 from langgraph_deterministic.checkpointer._core import Batch, Operation, Results
 from langgraph_deterministic.checkpointer._leases import LeaseKeeper
-from langgraph_deterministic.checkpointer._writebuffer import WriteBuffer
+from langgraph_deterministic.checkpointer._writebuffer import Waiter, WriteBuffer
 from langgraph_deterministic.checkpointer.contract import (
     DEFAULT_METADATA_KEYS,
     NULL_TASK_ID,
@@ -250,11 +250,12 @@ class DeterministicSaver(BaseCheckpointSaver[str]):
     while it runs; ``lease_ttl`` (seconds) is how long a crashed worker keeps the thread
     busy (the lease is renewed by writes and a heartbeat while the run is alive).
 
-    ``buffer_writes`` (default on): in a graph run this saver admitted, a superstep's
-    pending writes are stored in the transaction of the checkpoint that ends it (one
-    commit per superstep, still before the next superstep starts), or when the run ends;
-    a worker killed mid-superstep then loses the writes of that superstep's finished
-    tasks. ``False`` commits every ``put_writes`` on its own.
+    ``buffer_writes`` (seconds, default 0.05): in a graph run this saver admitted, a
+    superstep's pending writes are stored in the transaction of the checkpoint that ends
+    it (one commit per superstep, still before the next superstep starts), or on their own
+    once they have waited that long, or when the run ends. A worker killed within that
+    time of a task's end, before its superstep's checkpoint, loses the task's writes (it
+    runs again on the retry). ``0`` commits every ``put_writes`` on its own.
     """
 
     def __init__(
@@ -271,7 +272,7 @@ class DeterministicSaver(BaseCheckpointSaver[str]):
         multitask_strategy: MultitaskStrategy = "reject",
         lease_ttl: float = 30.0,
         enqueue_timeout: float = 300.0,
-        buffer_writes: bool = True,
+        buffer_writes: float = 0.05,
     ) -> None:
         super().__init__(serde=serde or JsonPlusSerializer())  # sets self.serde (below)
         self.multitask_strategy: MultitaskStrategy = check_strategy(multitask_strategy)
@@ -293,7 +294,20 @@ class DeterministicSaver(BaseCheckpointSaver[str]):
         )
         self._contract: RunContract | None = None
         # A superstep's pending writes ride in its checkpoint's transaction (_writebuffer).
-        self._writes = WriteBuffer() if buffer_writes else None
+        if not buffer_writes >= 0:
+            raise ConfigurationError(
+                f"buffer_writes must be >= 0 seconds (0: a commit per put_writes), got "
+                f"{buffer_writes!r}."
+            )
+        self._writes = (
+            WriteBuffer(
+                float(buffer_writes),
+                lambda statements: self._run(_core.store(statements)),
+                lambda statements: self._arun(_core.store(statements)),
+            )
+            if buffer_writes
+            else None
+        )
         writes = self._writes
         self._leases = LeaseKeeper(
             self._run,
@@ -593,6 +607,8 @@ class DeterministicSaver(BaseCheckpointSaver[str]):
         passed in); the saver cannot be used afterwards. From inside a coroutine running
         on the loop of the saver's async pool, use ``await saver.aclose()``."""
         self._leases.close()
+        if self._writes is not None:
+            self._writes.close()
         guard, loop = self._apool_guard, self._apool_loop
         if guard is not None and loop is not None and not loop.is_closed():
             try:
@@ -618,6 +634,8 @@ class DeterministicSaver(BaseCheckpointSaver[str]):
         """Async :meth:`close`."""
         self._closed = True
         self._leases.close()
+        if self._writes is not None:
+            self._writes.close()
         if self._owns_pools:
             guard, loop = self._apool_guard, self._apool_loop
             self._apool = self._apool_guard = self._apool_loop = None
@@ -735,9 +753,11 @@ class DeterministicSaver(BaseCheckpointSaver[str]):
         writes: Sequence[tuple[str, Any]],
         task_id: str,
         task_path: str,
+        loop: asyncio.AbstractEventLoop | None = None,
     ) -> Operation[None] | None:
         """The operation storing these writes now, or None: they wait for the put that
-        continues their checkpoint (a graph run this saver admitted, plain writes only)."""
+        continues their checkpoint (a graph run this saver admitted, plain writes only).
+        ``loop``: an async run's event loop, where their timed store would run."""
         op = _core.put_writes(self._codec, config, writes, task_id, task_path, self.contract)
         buffer = self._writes
         configurable = config.get("configurable") or {}
@@ -752,14 +772,14 @@ class DeterministicSaver(BaseCheckpointSaver[str]):
             or any(channel in WRITES_IDX_MAP for channel, _ in writes)
         ):
             # Stored now, with the writes of the same checkpoint waiting so far.
-            waiting = [] if attempt is None else buffer.take(attempt, key, seal=False)
+            waiting = [] if attempt is None else buffer.take(attempt, key, seal=False)[0]
             return _core.writes_first(op, waiting)
         try:
             batch = next(op)  # serialised and checked now: errors surface from this call
         except StopIteration:
             return None
         op.close()
-        if buffer.add(attempt, thread_id, key, batch.statements):
+        if buffer.add(attempt, thread_id, key, batch.statements, loop):
             return None
         # The put continuing this checkpoint went out already: store them on their own.
         return _core.put_writes(self._codec, config, writes, task_id, task_path, self.contract)
@@ -770,19 +790,22 @@ class DeterministicSaver(BaseCheckpointSaver[str]):
         checkpoint: Checkpoint,
         metadata: CheckpointMetadata,
         new_versions: ChannelVersions,
-    ) -> Operation[RunnableConfig]:
+    ) -> tuple[Operation[RunnableConfig], Waiter | None]:
+        """The put, carrying the writes waiting for its parent; or, while a timed store
+        of those is in flight, a waiter: wait for it and ask again (so the checkpoint is
+        never durable before them)."""
         op = _core.put(self._codec, config, checkpoint, metadata, new_versions, self.contract)
         configurable = config.get("configurable") or {}
         parent = configurable.get("checkpoint_id")
         if self._writes is None or not parent or "thread_id" not in configurable:
-            return op
+            return op, None
         attempt = self._admitted_attempt(config, str(configurable["thread_id"]))
         if attempt is None:
-            return op
-        waiting = self._writes.take(
+            return op, None
+        waiting, waiter = self._writes.take(
             attempt, (str(configurable.get("checkpoint_ns") or ""), str(parent)), seal=True
         )
-        return _core.writes_first(op, waiting) if waiting else op
+        return (_core.writes_first(op, waiting) if waiting else op), waiter
 
     def _admitted_attempt(self, config: RunnableConfig, thread_id: str) -> str | None:
         """The attempt token of the graph run (root or subgraph) this call belongs to,
@@ -834,7 +857,14 @@ class DeterministicSaver(BaseCheckpointSaver[str]):
         metadata: CheckpointMetadata,
         new_versions: ChannelVersions,
     ) -> RunnableConfig:
-        return self._run(self._put_op(config, checkpoint, metadata, new_versions))
+        op, waiter = self._put_op(config, checkpoint, metadata, new_versions)
+        while waiter is not None:
+            if isinstance(waiter, threading.Event):
+                waiter.wait()
+            else:  # an async run's store, on its loop: wait from here
+                asyncio.run_coroutine_threadsafe(_wait(waiter), waiter.get_loop()).result()
+            op, waiter = self._put_op(config, checkpoint, metadata, new_versions)
+        return self._run(op)
 
     def put_writes(
         self,
@@ -906,7 +936,14 @@ class DeterministicSaver(BaseCheckpointSaver[str]):
         metadata: CheckpointMetadata,
         new_versions: ChannelVersions,
     ) -> RunnableConfig:
-        return await self._arun(self._put_op(config, checkpoint, metadata, new_versions))
+        op, waiter = self._put_op(config, checkpoint, metadata, new_versions)
+        while waiter is not None:
+            if isinstance(waiter, threading.Event):
+                await asyncio.to_thread(waiter.wait)
+            else:
+                await _wait(waiter)
+            op, waiter = self._put_op(config, checkpoint, metadata, new_versions)
+        return await self._arun(op)
 
     async def aput_writes(
         self,
@@ -915,7 +952,8 @@ class DeterministicSaver(BaseCheckpointSaver[str]):
         task_id: str,
         task_path: str = "",
     ) -> None:
-        if (op := self._writes_op(config, writes, task_id, task_path)) is not None:
+        loop = asyncio.get_running_loop()
+        if (op := self._writes_op(config, writes, task_id, task_path, loop)) is not None:
             await self._arun(op)
 
     async def aput_batch(
@@ -980,6 +1018,10 @@ class DeterministicSaver(BaseCheckpointSaver[str]):
 
 def _none(attempt: str) -> list[_core.Statement]:
     return []
+
+
+async def _wait(waiter: asyncio.Future[None]) -> None:
+    await asyncio.shield(waiter)  # a cancelled put must not cancel the store it waits for
 
 
 def _direct_only(
