@@ -70,10 +70,7 @@ else:
     from .harness import Sample, Timer, percentile, process_cpu_s
 
 import psycopg
-from langgraph.checkpoint.base import BaseCheckpointSaver
-from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.checkpoint.postgres import PostgresSaver
-from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
@@ -88,7 +85,7 @@ from langgraph_deterministic.embedded import (
 
 SIDES: tuple[str, ...] = ("ours", "peer", "memory")
 # --ab adds ours with per-call commits (buffer_writes=False): the gain of folding writes
-AB_SIDE = "ours_percall"
+AB_SIDE = b.GRAPH_SIDES[1]
 NETS = ("direct", "1ms")
 # LangGraph's documented connection settings; both savers share these pools.
 POOL_KWARGS: dict[str, Any] = b.PEER_POOL_KWARGS
@@ -149,8 +146,7 @@ def ours_takes_langgraph_settings(dsn: str, policy: str) -> str | None:
     """None if DeterministicSaver runs a graph on a connection with LangGraph's settings
     (dict_row), else the error it raised."""
     with psycopg.connect(dsn, **POOL_KWARGS) as conn:
-        saver = DeterministicSaver(conn, run_id_policy=policy)  # type: ignore[arg-type]
-        graph = b.build_graph(False).compile(checkpointer=saver)
+        graph = b.compile_graph("ours", conn, policy=policy)
         try:
             graph.invoke(b.graph_input(), b.graph_config("ours"), durability="sync")
         except Exception as exc:  # any failure means: cannot share
@@ -176,16 +172,13 @@ async def open_net(name: str, dsn: str, size: int, policy: str, shared: bool) ->
     net.pids = await b._backend_pids(pool, apool, size)
     if not shared:
         net.pids += await b._backend_pids(o_pool, o_apool, size)
-    savers: dict[tuple[str, bool], BaseCheckpointSaver[Any]] = {
-        ("ours", True): DeterministicSaver(o_pool, run_id_policy=policy),  # type: ignore[arg-type]
-        ("ours", False): DeterministicSaver(o_apool, run_id_policy=policy),  # type: ignore[arg-type]
-        (AB_SIDE, True): DeterministicSaver(o_pool, run_id_policy=policy, buffer_writes=False),  # type: ignore[arg-type]
-        (AB_SIDE, False): DeterministicSaver(o_apool, run_id_policy=policy, buffer_writes=False),  # type: ignore[arg-type]
-        ("peer", True): PostgresSaver(pool),  # type: ignore[arg-type]
-        ("peer", False): AsyncPostgresSaver(apool),  # type: ignore[arg-type]
-    }
-    for (side, sync), saver in savers.items():
-        net.graphs[side, sync] = b.build_graph(not sync).compile(checkpointer=saver)
+    for side in ("ours", AB_SIDE, "peer"):
+        for sync in (True, False):
+            ours = side != "peer"
+            conn = (o_pool if sync else o_apool) if ours else (pool if sync else apool)
+            net.graphs[side, sync] = b.compile_graph(
+                side, conn, asynchronous=not sync, policy=policy
+            )
     return net
 
 
@@ -199,7 +192,7 @@ async def close_net(net: Net) -> None:
 
 def graph_for(net: Net, side: str, sync: bool) -> Any:
     if side == "memory":  # fresh per sample: InMemorySaver keeps every checkpoint
-        return b.build_graph(not sync).compile(checkpointer=InMemorySaver())
+        return b.compile_graph("memory", asynchronous=not sync)
     return net.graphs[side, sync]
 
 
@@ -211,13 +204,9 @@ def run_sync(net: Net, side: str, ops: int) -> Sample:
     timer = Timer(net.server_cpu if side != "memory" else None)
     for _ in range(ops):
         with timer.op():
-            out = graph.invoke(b.graph_input(), config_of(side), durability="sync")
+            out = graph.invoke(b.graph_input(), b.graph_config(side), durability="sync")
         assert len(out["messages"]) == b.EXPECTED_MESSAGES, len(out["messages"])
     return timer.sample()
-
-
-def config_of(side: str) -> Any:
-    return b.graph_config("ours" if side == AB_SIDE else side)
 
 
 async def run_async(net: Net, side: str, ops: int, concurrency: int) -> Sample:
@@ -228,7 +217,7 @@ async def run_async(net: Net, side: str, ops: int, concurrency: int) -> Sample:
     async def task() -> None:
         for _ in range(per_task):
             t0 = time.perf_counter()
-            out = await graph.ainvoke(b.graph_input(), config_of(side), durability="sync")
+            out = await graph.ainvoke(b.graph_input(), b.graph_config(side), durability="sync")
             timer.add(time.perf_counter() - t0)
             assert len(out["messages"]) == b.EXPECTED_MESSAGES, len(out["messages"])
 
@@ -247,8 +236,8 @@ async def run_sample(w: Workload, net: Net, side: str, ops: int) -> Sample:
 
 def supersteps_per_run() -> int:
     """Checkpoints one run writes (the input step -1, each superstep after it)."""
-    saver = InMemorySaver()
-    graph = b.build_graph(False).compile(checkpointer=saver)
+    graph = b.compile_graph("memory")
+    saver = graph.checkpointer
     config = b.graph_config("memory")
     graph.invoke(b.graph_input(), config, durability="sync")
     return len(
@@ -266,15 +255,10 @@ def traced_round_trips(
     for side in sides:
         kwargs = POOL_KWARGS if shared or side == "peer" else b.OURS_POOL_KWARGS
         with psycopg.connect(dsn, **kwargs) as conn:
-            saver: BaseCheckpointSaver[Any] = (
-                PostgresSaver(conn)  # type: ignore[arg-type]
-                if side == "peer"
-                else DeterministicSaver(conn, run_id_policy=policy, buffer_writes=side == "ours")  # type: ignore[arg-type]
-            )
-            graph = b.build_graph(False).compile(checkpointer=saver)
+            graph = b.compile_graph(side, conn, policy=policy)
             for _ in range(2):  # warm up: prepared statements, caches
-                graph.invoke(b.graph_input(), config_of(side), durability="sync")
-            config = config_of(side)
+                graph.invoke(b.graph_input(), b.graph_config(side), durability="sync")
+            config = b.graph_config(side)
             out[side] = trace_counts(
                 conn, partial(graph.invoke, b.graph_input(), config, durability="sync")
             )

@@ -121,7 +121,7 @@ def test_writes_wait_for_the_checkpoint_and_land_with_it(db: str, is_async: bool
     the transaction of the checkpoint that ends the superstep."""
     fan = Fanout()
     thread_id = f"fold-{is_async}"
-    with DeterministicSaver(db, buffer_writes=600) as saver:
+    with DeterministicSaver(db, buffer_writes=30) as saver:
         graph = fan.compile(saver)
         worker, out = start(graph, {"log": []}, run_config(thread_id, "r1"), is_async)
         assert fan.fast_done.wait(30)
@@ -141,7 +141,7 @@ def test_a_failing_sibling_stores_the_finished_ones_and_a_retry_skips_them(
     error, so the retry (same run id) runs only slow."""
     fan = Fanout("raise")
     thread_id = f"fail-{is_async}"
-    with DeterministicSaver(db, buffer_writes=600) as saver:
+    with DeterministicSaver(db, buffer_writes=30) as saver:
         graph = fan.compile(saver)
         worker, out = start(graph, {"log": []}, run_config(thread_id, "r1"), is_async)
         assert fan.fast_done.wait(30)
@@ -161,7 +161,7 @@ def test_an_interrupt_keeps_the_finished_sibling(db: str, is_async: bool) -> Non
     (the interrupt's write carries them); the resume runs slow only."""
     fan = Fanout("interrupt")
     thread_id = f"interrupt-{is_async}"
-    with DeterministicSaver(db, buffer_writes=600) as saver:
+    with DeterministicSaver(db, buffer_writes=30) as saver:
         graph = fan.compile(saver)
         fan.release.set()
         worker, out = start(graph, {"log": []}, run_config(thread_id, "r1"), is_async)
@@ -182,7 +182,7 @@ def test_a_stream_left_mid_superstep_stores_its_writes_when_it_closes(db: str) -
     fan = Fanout()
     fan.release.set()
     thread_id = "stream-left"
-    with DeterministicSaver(db, buffer_writes=600) as saver:
+    with DeterministicSaver(db, buffer_writes=30) as saver:
         graph = fan.compile(saver)
         stream = graph.stream({"log": []}, run_config(thread_id, "r1"), durability="sync")
         first = next(iter(stream))
@@ -197,5 +197,6 @@ def test_a_stream_left_mid_superstep_stores_its_writes_when_it_closes(db: str) -
 def test_buffer_writes_is_checked(db: str) -> None:
     from langgraph_deterministic.errors import ConfigurationError
 
-    with pytest.raises(ConfigurationError, match="buffer_writes"):
-        DeterministicSaver(db, buffer_writes=-1)
+    for wrong in (-1, 61, float("nan")):
+        with pytest.raises(ConfigurationError, match="buffer_writes"):
+            DeterministicSaver(db, buffer_writes=wrong)

@@ -294,9 +294,9 @@ class DeterministicSaver(BaseCheckpointSaver[str]):
         )
         self._contract: RunContract | None = None
         # A superstep's pending writes ride in its checkpoint's transaction (_writebuffer).
-        if not buffer_writes >= 0:
+        if not 0 <= buffer_writes <= 60:
             raise ConfigurationError(
-                f"buffer_writes must be >= 0 seconds (0: a commit per put_writes), got "
+                f"buffer_writes must be 0 to 60 seconds (0: a commit per put_writes), got "
                 f"{buffer_writes!r}."
             )
         self._writes = (
