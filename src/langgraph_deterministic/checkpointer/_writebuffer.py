@@ -33,7 +33,6 @@ a retry, as after a crash. ``buffer_writes=0`` commits every call.
 from __future__ import annotations
 
 import asyncio
-import heapq
 import logging
 import threading
 import time
@@ -53,6 +52,7 @@ Waiter = threading.Event | asyncio.Future[None]
 @dataclass(slots=True)
 class _Run:
     thread_id: str
+    sync: bool  # a sync run: the timer thread stores its expired writes
     pending: dict[Key, list[Statement]] = field(default_factory=dict)
     due: dict[Key, float] = field(default_factory=dict)
     timers: dict[Key, asyncio.TimerHandle] = field(default_factory=dict)
@@ -80,7 +80,7 @@ class WriteBuffer:
         self._store, self._astore = store, astore
         self._lock = threading.Lock()
         self._runs: dict[str, _Run] = {}
-        self._timer = _TimerThread(self._fire)
+        self._timer = _TimerThread(self._next_due, self._fire_expired)
 
     def add(
         self,
@@ -96,7 +96,7 @@ class WriteBuffer:
         with self._lock:
             run = self._runs.get(attempt)
             if run is None:
-                run = self._runs[attempt] = _Run(thread_id)
+                run = self._runs[attempt] = _Run(thread_id, sync=loop is None)
             if key in run.sealed:
                 return False
             waiting = run.pending.get(key)
@@ -104,11 +104,11 @@ class WriteBuffer:
                 waiting.extend(statements)
                 return True
             run.pending[key] = list(statements)
-            due = run.due[key] = time.monotonic() + self.window
+            run.due[key] = time.monotonic() + self.window
             if loop is not None:
                 run.timers[key] = loop.call_later(self.window, self._afire, attempt, key)
         if loop is None:
-            self._timer.at(due, attempt, key)
+            self._timer.kick()
         return True
 
     def take(self, attempt: str, key: Key, *, seal: bool) -> tuple[list[Statement], Waiter | None]:
@@ -176,6 +176,26 @@ class WriteBuffer:
             if run is not None:
                 run.flushing.pop(key, None)
 
+    def _next_due(self) -> float | None:
+        with self._lock:
+            return min(
+                (due for run in self._runs.values() if run.sync for due in run.due.values()),
+                default=None,
+            )
+
+    def _fire_expired(self) -> None:
+        now = time.monotonic()
+        with self._lock:
+            expired = [
+                (attempt, key)
+                for attempt, run in self._runs.items()
+                if run.sync
+                for key, due in run.due.items()
+                if due <= now
+            ]
+        for attempt, key in expired:
+            self._fire(attempt, key)
+
     def _fire(self, attempt: str, key: Key) -> None:
         """The sync run's window ended (timer thread)."""
         event = threading.Event()
@@ -222,48 +242,51 @@ def _lost(count: int) -> None:
 
 
 class _TimerThread:
-    """One daemon thread per saver calling ``fire(attempt, key)`` at each deadline of
-    the sync runs' waiting writes; it ends when idle and starts again when needed."""
+    """One daemon thread per saver storing the sync runs' writes whose window ended. It
+    sleeps until the earliest deadline of the writes still waiting (writes taken by
+    their put drop out, so it wakes about once per window while runs are busy, not once
+    per superstep), ends when idle, and starts again when needed."""
 
-    def __init__(self, fire: Callable[[str, Key], None]) -> None:
-        self._fire = fire
+    def __init__(self, next_due: Callable[[], float | None], fire: Callable[[], None]) -> None:
+        self._next_due, self._fire = next_due, fire
         self._cond = threading.Condition()
-        self._heap: list[tuple[float, str, Key]] = []
         self._thread: threading.Thread | None = None
+        self._idle = False
         self._closed = False
 
-    def at(self, due: float, attempt: str, key: Key) -> None:
+    def kick(self) -> None:
+        """A sync run's write started waiting (its deadline is the latest so far)."""
         with self._cond:
-            heapq.heappush(self._heap, (due, attempt, key))
             if self._thread is None:
                 self._thread = threading.Thread(
                     target=self._loop, name="langgraph-deterministic-writes", daemon=True
                 )
                 self._thread.start()
-            elif self._heap[0][0] == due:
+            elif self._idle:
                 self._cond.notify()
 
     def close(self) -> None:
         with self._cond:
             self._closed = True
-            self._heap.clear()
             self._cond.notify()
 
     def _loop(self) -> None:
         while True:
             with self._cond:
-                while True:
-                    if self._closed:
-                        self._thread = None
+                if self._closed:
+                    self._thread = None
+                    return
+                due = self._next_due()
+                if due is None:
+                    self._idle = True
+                    woken = self._cond.wait(1.0)
+                    self._idle = False
+                    if not woken and self._next_due() is None:
+                        self._thread = None  # idle: kick() starts a new one
                         return
-                    if not self._heap:
-                        if not self._cond.wait(1.0) and not self._heap:
-                            self._thread = None  # idle: at() starts a new one
-                            return
-                        continue
-                    wait = self._heap[0][0] - time.monotonic()
-                    if wait <= 0:
-                        _, attempt, key = heapq.heappop(self._heap)
-                        break
+                    continue
+                wait = due - time.monotonic()
+                if wait > 0:
                     self._cond.wait(wait)
-            self._fire(attempt, key)
+                    continue
+            self._fire()
