@@ -773,7 +773,7 @@ class DeterministicSaver(BaseCheckpointSaver[str]):
         ):
             # Stored now, with the writes of the same checkpoint waiting so far.
             waiting = [] if attempt is None else buffer.take(attempt, key, seal=False)[0]
-            return _core.writes_first(op, waiting)
+            return _core.writes_first(op, waiting) if waiting else op
         try:
             batch = next(op)  # serialised and checked now: errors surface from this call
         except StopIteration:
