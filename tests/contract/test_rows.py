@@ -427,8 +427,8 @@ def test_contract_adds_no_round_trip_to_writes_or_reads(db: str) -> None:
     plus one per run: the release when it returns. On a new thread (no attempt token in
     LangGraph's configs yet) as on a continued one. With ``buffer_writes=False`` every
     put_writes is a round trip of its own."""
-    from langgraph_deterministic.checkpointer import _core
-    from langgraph_deterministic.checkpointer.saver import _execute
+    from langgraph_deterministic.checkpointer import _batch
+    from langgraph_deterministic.checkpointer._drivers import execute as _execute
 
     def counted_saver(buffer_writes: bool) -> tuple[DeterministicSaver, list[str], Counter[str]]:
         batches: list[str] = []
@@ -452,7 +452,7 @@ def test_contract_adds_no_round_trip_to_writes_or_reads(db: str) -> None:
                         batches.append(kind)
                         return _execute(conn, batch)
 
-                    return _core.run(operation, execute)
+                    return _batch.run(operation, execute)
 
             def get_tuple(self, config: RunnableConfig) -> Any:
                 calls["get_tuple"] += 1

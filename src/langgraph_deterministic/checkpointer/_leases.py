@@ -23,6 +23,7 @@ from collections.abc import Awaitable, Callable
 from langchain_core.runnables import RunnableConfig
 
 from langgraph_deterministic.checkpointer import _core
+from langgraph_deterministic.checkpointer._batch import Operation, Statement, writes_first
 from langgraph_deterministic.checkpointer.contract import HeldLease, find_recorder
 
 logger = logging.getLogger("langgraph_deterministic")
@@ -33,10 +34,10 @@ class LeaseKeeper:
 
     def __init__(
         self,
-        run: Callable[[_core.Operation[None]], None],
-        arun: Callable[[_core.Operation[None]], Awaitable[None]],
+        run: Callable[[Operation[None]], None],
+        arun: Callable[[Operation[None]], Awaitable[None]],
         ttl: Callable[[], float],
-        pending: Callable[[str], list[_core.Statement]] = lambda attempt: [],
+        pending: Callable[[str], list[Statement]] = lambda attempt: [],
     ) -> None:
         self._run, self._arun, self._ttl = run, arun, ttl
         # the run's pending writes still waiting (see _writebuffer): stored with the release
@@ -59,7 +60,7 @@ class LeaseKeeper:
                 self.forget(held)
                 writes = self._pending(held.attempt)
                 try:
-                    await self._arun(_core.writes_first(_core.release_lease(held, ended), writes))
+                    await self._arun(writes_first(_core.release_lease(held, ended), writes))
                 except Exception:
                     if not writes:
                         raise
@@ -73,7 +74,7 @@ class LeaseKeeper:
                 self.forget(held)
                 writes = self._pending(held.attempt)
                 try:
-                    self._run(_core.writes_first(_core.release_lease(held, ended), writes))
+                    self._run(writes_first(_core.release_lease(held, ended), writes))
                 except Exception:
                     if not writes:
                         raise

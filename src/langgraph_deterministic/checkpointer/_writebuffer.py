@@ -39,7 +39,7 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 
-from langgraph_deterministic.checkpointer._core import Statement
+from langgraph_deterministic.checkpointer._batch import Statement
 
 logger = logging.getLogger("langgraph_deterministic")
 
