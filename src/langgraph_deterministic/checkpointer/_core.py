@@ -840,5 +840,3 @@ def put_batch(
                 raise ours from None
         raise
     return None
-
-
