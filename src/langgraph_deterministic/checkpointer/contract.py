@@ -88,13 +88,29 @@ MULTITASK_KEY = "__lgd_multitask_strategy"
 #: Configurable key ``get_tuple`` hands a graph run addressed at a past checkpoint: the
 #: checkpoint it branches from on purpose (LangGraph copies it into the run's writes).
 BRANCH_KEY = "__lgd_branch"
-#: The branch a root graph run loaded in this context: (thread, run id, branch point,
-#: whether LangGraph's superseded probe is still to come: see _core._note_branch).
-#: LangGraph hands its subgraphs neither the root's loaded config nor our keys in it, but
-#: runs their tasks in copies of this context, so a subgraph of a branching run learns it
-#: here (for the same thread and run id only: the value outlives the call).
+#: The time travel a root graph run loaded in this context: (thread, run id, the root's
+#: attempt token, whether LangGraph's superseded probe is still to come: see
+#: _core._note_branch). A root run addressed at any checkpoint travels in time: LangGraph
+#: then has its subgraphs reload their state from before that point, continuing
+#: checkpoints of their namespaces that another run continued already. LangGraph hands
+#: its subgraphs neither the root's loaded config nor our keys in it, but runs their tasks
+#: in copies of this context, so a subgraph learns it here (for the same thread and run id
+#: only: the value outlives the call), and takes the root's attempt token where it has
+#: none of its own (the first checkpoint of its namespace: it loaded nothing).
 BRANCHING: contextvars.ContextVar[tuple[str, str | None, str, bool] | None] = (
     contextvars.ContextVar("lgd_branching", default=None)
+)
+#: The run id of the latest call outside a graph run that carried one, in this context:
+#: (thread, run id, the checkpoint ids its calls handed out or stored, "" for "none").
+#: LangGraph's update_state passes the saver's *returned* configs (which name only the
+#: thread, namespace and checkpoint, as the peer's do) to its next saver call: the copy
+#: of ``as_node="__copy__"`` (written with the loaded tuple's parent_config), the pending
+#: writes and the next superstep of ``bulk_update_state``. A call without a run id on the
+#: same thread, outside a graph run, addressed at one of those checkpoints, is part of
+#: that update and keeps its run id; any other such call on the thread ends the carry
+#: (see RunContract.call_info, carry_run_id).
+CARRIED: contextvars.ContextVar[tuple[str, str, frozenset[str]] | None] = (
+    contextvars.ContextVar("lgd_carried", default=None)
 )
 NULL_TASK_ID = "00000000-0000-0000-0000-000000000000"
 INTERRUPT = "__interrupt__"
@@ -456,6 +472,13 @@ class RunContract:
             return CallInfo(thread_id, checkpoint_ns, run_id, raw, in_graph_run, None, None,
                             bool(configurable.get("checkpoint_id")))  # fmt: skip
         run_id, raw = _run_id_of(config)
+        if run_id is None and not in_graph_run:
+            carried = CARRIED.get()
+            if carried is not None and carried[0] == thread_id:
+                if str(configurable.get("checkpoint_id") or "") in carried[2]:
+                    run_id = raw = carried[1]
+                else:  # another operation on the thread (e.g. an unaddressed update_state)
+                    CARRIED.set(None)
         recorder = find_recorder(config)
         attempt = configurable.get(ATTEMPT_KEY)
         strategy = configurable.get(MULTITASK_KEY)
@@ -467,6 +490,10 @@ class RunContract:
             and branching[0] == thread_id
             and branching[1] == run_id
         )
+        if inherited and attempt is None and branching is not None:
+            # Without it, a branch's and the first run's first checkpoints of a namespace
+            # (both loaded nothing) could not be told apart without run ids.
+            attempt = branching[2]
         return CallInfo(
             thread_id=thread_id,
             checkpoint_ns=checkpoint_ns,
@@ -768,14 +795,16 @@ class RunContract:
         """Whether a write continues ``parent_id`` on purpose, as a branch of its own when
         the parent was continued already: a graph run addressed at that past checkpoint,
         or a write outside any graph run that no attempt handed out (update_state at a past
-        checkpoint). Writes of graph runs (zombies, race losers) stay fenced. A subgraph
-        of a branching run is a branch in its namespace: lgd_guard_put_v5 lets it take its
-        lineage slot where another run holds the parent's, never where its own run does."""
+        checkpoint, or ``as_node="__copy__"`` of a thread's first checkpoint: a second root,
+        ``parent_id`` None). Writes of graph runs (zombies, race losers) stay fenced. A
+        subgraph of a time-travelling run is a branch in its namespace: lgd_guard_put_v7
+        lets it take its lineage slot where another run holds the parent's, never where its
+        own run does."""
         if info.inherited_branch:
             return True
-        if parent_id is None:
-            return False
-        return info.branch_from == parent_id or (not info.in_graph_run and info.attempt is None)
+        if not info.in_graph_run and info.attempt is None:
+            return True
+        return parent_id is not None and info.branch_from == parent_id
 
     def chain_slot(self, info: CallInfo, checkpoint_id: str) -> str:
         """The child slot of ``checkpoint_id`` whose holder fences this writer's pending
@@ -801,6 +830,20 @@ class RunContract:
             "command": info.root and task_id == NULL_TASK_ID and info.run_id is not None,
             "interrupted": info.root and info.run_id is not None and INTERRUPT in channels,
         }
+
+
+def carry_run_id(info: CallInfo, *configs: RunnableConfig | None) -> None:
+    """Remember the checkpoints a call outside a graph run with a run id handed out or
+    stored (see CARRIED); a call of another run or thread starts afresh."""
+    if info.in_graph_run or info.run_id is None:
+        return
+    ids = {str((c or {}).get("configurable", {}).get("checkpoint_id") or "") for c in configs}
+    if None in configs:
+        ids.add("")  # no parent: a copy of this first checkpoint has none either
+    carried = CARRIED.get()
+    if carried is not None and carried[:2] == (info.thread_id, info.run_id):
+        ids |= carried[2]
+    CARRIED.set((info.thread_id, info.run_id, frozenset(ids)))
 
 
 def _looks_secret(key: str, value: Any = None) -> bool:

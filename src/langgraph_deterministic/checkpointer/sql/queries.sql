@@ -447,9 +447,10 @@ LEFT JOIN LATERAL (
 WHERE r.thread_id = %(thread_id)s AND r.run_id = %(run_id)s
 
 -- name: guarded_put_checkpoint
--- upsert_checkpoint followed by lgd_guard_put_v5 (fencing, ledger, lease renewal and
--- deliberate branches, in subgraph namespaces too), in one statement (migration 0015).
-SELECT lgd_put_checkpoint_v5(%s, %s, %s, %s, %s, %s, %s, %s::text, %s, %s::text, %s)
+-- upsert_checkpoint followed by lgd_guard_put_v7 (fencing, ledger, lease renewal and
+-- deliberate branches, in subgraph namespaces and at a thread's first checkpoint too), in one
+-- statement (migrations 0015, 0019).
+SELECT lgd_put_checkpoint_v7(%s, %s, %s, %s, %s, %s, %s, %s::text, %s, %s::text, %s)
 
 -- name: guard_writes
 SELECT lgd_guard_writes(
