@@ -332,9 +332,7 @@ def test_a_run_from_a_fork_loads_its_subgraphs_from_before_the_fork(
 
 
 @pytest.mark.parametrize(("policy", "ids"), MODES)
-def test_a_copy_of_the_first_checkpoint_is_a_second_root(
-    db: str, policy: Any, ids: bool
-) -> None:
+def test_a_copy_of_the_first_checkpoint_is_a_second_root(db: str, policy: Any, ids: bool) -> None:
     """update_state(as_node="__copy__") of a thread's first checkpoint copies it as its
     sibling, a second checkpoint without parent (LangGraph's fork of the start state):
     a deliberate branch at the first-checkpoint slot, and runs go on from it."""
@@ -411,3 +409,45 @@ def test_bulk_update_state_keeps_the_run_id_across_its_supersteps(
     assert "two" in graph.get_state(plain(thread, **_address(done))).values["steps"]
     with pytest.raises(RunIdRequiredError):
         graph.update_state(plain(thread), {"steps": ["three"]})
+
+
+def test_update_state_without_checkpoint_id_continues_the_head(db: str) -> None:
+    """update_state without checkpoint_id, as on LangGraph's saver: a child of the head on
+    a quiet thread (its main slot, no fork); raced by a run that continued the head
+    meanwhile, both kept, as PostgresSaver keeps them; refused while a run holds the
+    thread's lease."""
+    thread = "travel-unaddressed"
+    with DeterministicSaver(db, run_id_policy="warn") as saver:
+        graph = build_pipeline(db).compile(checkpointer=saver)
+        graph.invoke(ask("q"), run_config(thread, "A"))
+        head = latest(db, thread)
+        done = graph.update_state(run_config(thread, "edit-1"), {"steps": ["by hand"]})
+        assert [c for c, _ in children(db, thread, head)] == [done["configurable"]["checkpoint_id"]]
+        with psycopg.connect(db) as conn:
+            slots = conn.execute(
+                "SELECT parent_checkpoint_id FROM lgd_chain WHERE thread_id = %s "
+                "AND checkpoint_ns = '' AND parent_checkpoint_id LIKE %s",
+                (thread, head + "%"),
+            ).fetchall()
+        assert slots == [(head,)]
+        # A race: a graph run (no lease: a plain config) continues the head between
+        # update_state's read and its write.
+        head = latest(db, thread)
+        loaded = saver.get_tuple(plain(thread))
+        assert loaded is not None
+        run = saver.get_tuple(plain(thread, __pregel_runtime=object()))
+        assert run is not None
+        step = {"source": "loop", "step": 50, "parents": {}}
+        ids = [f"1fffffff-ffff-6fff-bfff-{str(n) * 12}" for n in (1, 2)]
+        saver.put(run.config, {**run.checkpoint, "id": ids[0]}, step, {})  # type: ignore[arg-type]
+        meta = {"source": "update", "step": 50, "parents": {}}
+        saver.put(loaded.config, {**loaded.checkpoint, "id": ids[1]}, meta, {})  # type: ignore[arg-type]
+        assert [c for c, _ in children(db, thread, head)] == ids
+        # A run holding the lease (run_config) refuses the update.
+        admitted = run_config(thread, "B")
+        admitted["configurable"]["__pregel_runtime"] = object()
+        assert saver.get_tuple(admitted) is not None
+        before = latest(db, thread)
+        with pytest.raises(ConcurrentRunError, match="took the thread over"):
+            graph.update_state(run_config(thread, "edit-2"), {"steps": ["late"]})
+        assert latest(db, thread) == before
