@@ -160,6 +160,7 @@ def cause(message: str) -> str:
     line = re.sub(r"(thread|namespace) '[^']*'", r"\1 '…'", line)
     line = re.sub(r"0x[0-9a-f]+", "<addr>", line)
     line = re.sub(r"test_[0-9a-f]{16}", "<db>", line)
+    line = re.sub(r"suite-[0-9a-f]{16}", "<run>", line)  # ours-require's run ids
     return line[:160]
 
 
