@@ -475,8 +475,8 @@ def test_the_lease_costs_two_statements_and_one_round_trip_per_run(db: str) -> N
     returns) and two statements (lgd_admit_v3 in the head read's pipeline, the release);
     every superstep's batches are the same, statement for statement (the renewal rides
     inside lgd_put_checkpoint_v7, the lease check inside the pending writes' INSERT)."""
-    from langgraph_deterministic.checkpointer import _core
-    from langgraph_deterministic.checkpointer.saver import _execute
+    from langgraph_deterministic.checkpointer import _batch
+    from langgraph_deterministic.checkpointer._drivers import execute as _execute
 
     batches: list[list[str]] = []
 
@@ -494,7 +494,7 @@ def test_the_lease_costs_two_statements_and_one_round_trip_per_run(db: str) -> N
                     )
                     return _execute(conn, batch)
 
-                return _core.run(operation, execute)
+                return _batch.run(operation, execute)
 
     def measured(config: RunnableConfig, thread: str) -> list[list[str]]:
         graph.invoke(ask("warm"), run_config(thread, "warm-up"), durability="sync")
