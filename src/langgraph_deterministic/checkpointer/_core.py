@@ -834,5 +834,3 @@ def put_batch(
                 raise ours from None
         raise
     return None
-
-
