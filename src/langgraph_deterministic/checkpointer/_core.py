@@ -52,6 +52,7 @@ from langgraph_deterministic.checkpointer.contract import (
     ParentRow,
     RunContract,
     RunRecord,
+    carry_run_id,
     fingerprint_kind,
     head_mark,
     translate_guard_error,
@@ -166,8 +167,10 @@ def get_tuple(
         return None
     yield from _with_pending_sends(codec, rows)
     found_tuple = load_tuple(codec, rows[0])
-    if info is not None and contract is not None and contract.enforced and info.in_graph_run:
-        return _for_graph_run(found_tuple, info)
+    if info is not None and contract is not None and contract.enforced:
+        if info.in_graph_run:
+            return _for_graph_run(found_tuple, info)
+        carry_run_id(info, found_tuple.config, found_tuple.parent_config)
     return found_tuple
 
 
@@ -312,16 +315,19 @@ def _start_graph_run(
     branch_from = None
     if addressed and row is not None and row[18] is not None and row[18] != addressed:
         branch_from = addressed  # a past checkpoint, addressed on purpose: a branch
-    _note_branch(info, branch_from)
+    # Addressed at all (the head included: a fork update_state made), the run travels in
+    # time for LangGraph, whose subgraphs then replay from before that point.
+    _note_branch(info, attempt if addressed else None)
     return _for_graph_run(loaded, info, attempt, branch_from, mark)
 
 
-def _note_branch(info: CallInfo, branch_from: str | None) -> None:
-    """Tell this run's subgraphs whether it branches (see BRANCHING). Right after an
-    addressed load LangGraph loads the thread's latest checkpoint, unaddressed, to see
-    whether the addressed one was superseded: that probe of the same run keeps the mark."""
-    if branch_from is not None:
-        BRANCHING.set((info.thread_id, info.run_id, branch_from, True))
+def _note_branch(info: CallInfo, attempt: str | None) -> None:
+    """Tell this run's subgraphs whether it travels in time, and its attempt token (see
+    BRANCHING). Right after an addressed load LangGraph loads the thread's latest
+    checkpoint, unaddressed, to see whether the addressed one was superseded: that probe
+    of the same run keeps the mark."""
+    if attempt is not None:
+        BRANCHING.set((info.thread_id, info.run_id, attempt, True))
         return
     current = BRANCHING.get()
     if current is not None and current[3] and current[:2] == (info.thread_id, info.run_id):
@@ -525,7 +531,10 @@ def put(
         if (ours := translate_guard_error(exc, info)) is not None:
             raise ours from None
         raise
-    return config_for(thread_id, ns, checkpoint["id"])
+    stored_config = config_for(thread_id, ns, checkpoint["id"])
+    if contract.enforced:
+        carry_run_id(info, stored_config)
+    return stored_config
 
 
 def put_writes(

@@ -66,6 +66,7 @@ from langgraph_deterministic.checkpointer._keys import (
     ATTEMPT_KEY,
     BRANCH_KEY,
     BRANCHING,
+    CARRIED,
     FINGERPRINT_KEY,
     GRAPH_RUN_MARKER,
     HEAD_KEY,
@@ -181,6 +182,13 @@ class RunContract:
             return CallInfo(thread_id, checkpoint_ns, run_id, raw, in_graph_run, None, None,
                             bool(configurable.get("checkpoint_id")))  # fmt: skip
         run_id, raw = run_id_of(config)
+        if run_id is None and not in_graph_run:
+            carried = CARRIED.get()
+            if carried is not None and carried[0] == thread_id:
+                if str(configurable.get("checkpoint_id") or "") in carried[2]:
+                    run_id = raw = carried[1]
+                else:  # another operation on the thread (e.g. an unaddressed update_state)
+                    CARRIED.set(None)
         recorder = find_recorder(config)
         attempt = configurable.get(ATTEMPT_KEY)
         strategy = configurable.get(MULTITASK_KEY)
@@ -192,6 +200,10 @@ class RunContract:
             and branching[0] == thread_id
             and branching[1] == run_id
         )
+        if inherited and attempt is None and branching is not None:
+            # Without it, a branch's and the first run's first checkpoints of a namespace
+            # (both loaded nothing) could not be told apart without run ids.
+            attempt = branching[2]
         return CallInfo(
             thread_id=thread_id,
             checkpoint_ns=checkpoint_ns,
@@ -270,6 +282,12 @@ class RunContract:
         without a run id the run cannot be told apart from another, and without
         run_config's recorder the saver would never hear that it returned."""
         if info.run_id is None or info.recorder is None:
+            return None
+        if info.recorder.bound:
+            # Its call holds a lease already: a graph called inside a node of that run
+            # with a config of its own but no run_config (it has only the outer call's
+            # recorder), or LangGraph's second load of the same call (its superseded
+            # probe after an addressed load).
             return None
         return {
             "thread_id": info.thread_id,
@@ -556,15 +574,16 @@ class RunContract:
         """Whether a write continues ``parent_id`` on purpose, as a branch of its own when
         the parent was continued already: a graph run addressed at that past checkpoint,
         or a write outside any graph run that no attempt handed out (update_state at a past
-        checkpoint). Writes of graph runs (zombies, race losers) stay fenced. A subgraph
-        of a branching run is a branch in its namespace: lgd_put_checkpoint_v6 lets it
-        take its lineage slot where another run holds the parent's, never where its own
-        run does."""
+        checkpoint, or ``as_node="__copy__"`` of a thread's first checkpoint: a second root,
+        ``parent_id`` None). Writes of graph runs (zombies, race losers) stay fenced. A
+        subgraph of a time-travelling run is a branch in its namespace: lgd_put_checkpoint_v6
+        lets it take its lineage slot where another run holds the parent's, never where its
+        own run does."""
         if info.inherited_branch:
             return True
-        if parent_id is None:
-            return False
-        return info.branch_from == parent_id or (not info.in_graph_run and info.attempt is None)
+        if not info.in_graph_run and info.attempt is None:
+            return True
+        return parent_id is not None and info.branch_from == parent_id
 
     def chain_slot(self, info: CallInfo, checkpoint_id: str) -> str:
         """The child slot of ``checkpoint_id`` whose holder fences this writer's pending
@@ -655,6 +674,20 @@ def unanswered_tool_calls(values: Mapping[str, Any]) -> list[str]:
     return found
 
 
+def carry_run_id(info: CallInfo, *configs: RunnableConfig | None) -> None:
+    """Remember the checkpoints a call outside a graph run with a run id handed out or
+    stored (see CARRIED); a call of another run or thread starts afresh."""
+    if info.in_graph_run or info.run_id is None:
+        return
+    ids = {str((c or {}).get("configurable", {}).get("checkpoint_id") or "") for c in configs}
+    if None in configs:
+        ids.add("")  # no parent: a copy of this first checkpoint has none either
+    carried = CARRIED.get()
+    if carried is not None and carried[:2] == (info.thread_id, info.run_id):
+        ids |= carried[2]
+    CARRIED.set((info.thread_id, info.run_id, frozenset(ids)))
+
+
 @dataclass(frozen=True, slots=True)
 class StartDecision:
     """``proceed``: load the head as usual. ``final``: the run finished earlier and a
@@ -698,6 +731,7 @@ __all__ = [
     "RunRecord",
     "RunStatus",
     "StartDecision",
+    "carry_run_id",
     "check_strategy",
     "find_recorder",
     "fingerprint_kind",

@@ -36,8 +36,9 @@ $$;
 --   p_branch       the writer continues p_parent on purpose (time travel, a fork,
 --                  update_state at a past checkpoint): it may take its lineage slot when
 --                  the parent's slot is held by another writer (outside the root
---                  namespace: by another run; inside: by anyone, but not for a first
---                  checkpoint).
+--                  namespace: by another run; inside: by anyone, a first checkpoint
+--                  included: update_state(..., as_node="__copy__") of a thread's first
+--                  checkpoint starts a second root).
 --   p_closes       what this write makes of the run that wrote p_parent, if another run
 --                  did: 'done' or 'superseded' (decided by the caller from LangGraph's
 --                  checkpoints), NULL when it closes nothing.
@@ -98,7 +99,7 @@ BEGIN
             EXIT;
         END IF;
         IF p_branch AND slot = parent
-           AND ((p_ns = '' AND parent <> '')
+           AND (p_ns = ''
                 OR (p_ns <> '' AND (taken.run_id IS DISTINCT FROM p_run
                                     OR (p_run IS NULL AND taken.attempt IS DISTINCT FROM p_attempt)))) THEN
             slot := parent || '~' || coalesce(p_run, p_attempt, p_id);

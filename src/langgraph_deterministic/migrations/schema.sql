@@ -599,7 +599,7 @@ BEGIN
             EXIT;
         END IF;
         IF p_branch AND slot = parent
-           AND ((p_ns = '' AND parent <> '')
+           AND (p_ns = ''
                 OR (p_ns <> '' AND (taken.run_id IS DISTINCT FROM p_run
                                     OR (p_run IS NULL AND taken.attempt IS DISTINCT FROM p_attempt)))) THEN
             slot := parent || '~' || coalesce(p_run, p_attempt, p_id);
