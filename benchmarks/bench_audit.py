@@ -59,14 +59,6 @@ def database(server_dsn: str, threads: int, planted: int) -> tuple[str, dict[str
         if ready and ready[0]:
             rows = conn.execute("SELECT thread_id, faults FROM bench_expected").fetchall()
             print(f"reusing database {name}")
-            # the 'active' controls were written "a moment ago" when the database was built
-            active = [t for t, k in fault_db.plan(threads, planted) if k == "active"]
-            conn.execute(
-                "UPDATE checkpoints SET checkpoint = jsonb_set(checkpoint, '{ts}', to_jsonb("
-                "to_char(now() AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"+00:00\"')))"
-                " WHERE thread_id = ANY(%s)",
-                (active,),
-            )
             return dsn, {t: frozenset(f) for t, f in rows}
     started = time.perf_counter()
     expected = fault_db.build(dsn, threads=threads, planted=planted, runs=RUNS_PER_THREAD)
@@ -77,6 +69,19 @@ def database(server_dsn: str, threads: int, planted: int) -> tuple[str, dict[str
                 cp.write_row((t, sorted(f)))
     print(f"built database {name} in {time.perf_counter() - started:.0f} s")
     return dsn, expected
+
+
+def refresh_active(dsn: str, threads: int, planted: int) -> None:
+    """The 'active' controls were written "a moment ago": make that true again before each
+    audit (an audit more than --idle after it would rightly call them stuck)."""
+    active = [t for t, k in fault_db.plan(threads, planted) if k == "active"]
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(
+            "UPDATE checkpoints SET checkpoint = jsonb_set(checkpoint, '{ts}', to_jsonb("
+            "to_char(now() AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"+00:00\"')))"
+            " WHERE thread_id = ANY(%s)",
+            (active,),
+        )
 
 
 def check(report: Any, expected: dict[str, frozenset[str]]) -> tuple[int, int, int]:
@@ -319,6 +324,7 @@ def main() -> int:
             print(f"audit pacing: {pacing}; load average {_load()}")
             sampler = ServerCpu(dsn)
             cpu = sampler.read
+            refresh_active(dsn, args.threads, args.planted)
             temp0 = _temp_bytes(conn)
             rusage0 = resource.getrusage(resource.RUSAGE_SELF)
             cpu0 = cpu()
@@ -356,6 +362,7 @@ def main() -> int:
         plan = ([True] if args.null_seconds > 0 else []) + [False] * args.rounds
         rounds = []
         for null in plan:
+            refresh_active(dsn, args.threads, args.planted)
             load_before = _load()
             windows, (during, usage), server_cpu = _round(args, dsn, ctx, null, cpu)
             rounds.append((null, windows, during, usage, server_cpu, load_before, _load()))
