@@ -14,10 +14,11 @@ from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 
 from langgraph_deterministic import DeterministicSaver
 from langgraph_deterministic.checkpointer import _core
-from langgraph_deterministic.checkpointer._core import Operation
+from langgraph_deterministic.checkpointer._batch import Batch, Operation
+from langgraph_deterministic.checkpointer._rows import Codec
 from langgraph_deterministic.embedded import create_database, database_name, drop_database
 
-CODEC = _core.Codec(JsonPlusSerializer())
+CODEC = Codec(JsonPlusSerializer())
 LONG = "long"  # a thread of 3,000 root checkpoints (+ 300 in subgraph namespaces)
 
 
@@ -63,11 +64,11 @@ def db(pg_server_dsn: str) -> Iterator[str]:
     drop_database(pg_server_dsn, database_name(dsn))
 
 
-def _first_batch(operation: Operation[Any]) -> _core.Batch:
+def _first_batch(operation: Operation[Any]) -> Batch:
     return next(operation)
 
 
-def _explain(dsn: str, batch: _core.Batch, analyze: bool = True) -> dict[str, Any]:
+def _explain(dsn: str, batch: Batch, analyze: bool = True) -> dict[str, Any]:
     """EXPLAIN the batch's last statement after its others, in a transaction rolled back."""
     *before, statement = batch.statements
     opts = "ANALYZE, BUFFERS, FORMAT JSON" if analyze else "FORMAT JSON"
@@ -96,7 +97,7 @@ def _rows_read(plan: dict[str, Any], relation: str) -> int:
     )
 
 
-def _list(config: Any, filter: Any = None, limit: int | None = 10) -> _core.Batch:
+def _list(config: Any, filter: Any = None, limit: int | None = 10) -> Batch:
     return _first_batch(_core.list_checkpoints(CODEC, config, filter, None, limit))
 
 
