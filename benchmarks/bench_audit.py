@@ -157,13 +157,19 @@ class Writers:
         return samples
 
 
-def _audit_child(dsn: str, pause: float | None, duty: float | None, ready: Any, out: Any, stopped: Any) -> None:
+def _audit_child(
+    dsn: str, pause: float | None, duty: float | None, src: str | None, ready: Any, out: Any, stopped: Any
+) -> None:
+    if src is not None:  # --compare: the audit of another checkout (its src/ directory)
+        for name in [m for m in sys.modules if m.split(".")[0] == "langgraph_deterministic"]:
+            del sys.modules[name]
+        sys.path.insert(0, src)
     from langgraph_deterministic.ops import audit as audit_module
 
     # the automatic pace times each range: leave out the time this process sat in SIGSTOP
     audit_module._clock = lambda: time.monotonic() - stopped.value
     ready.set()  # imports done (spawn): the windows start now
-    report = audit(dsn, pause=pause, **({} if duty is None else {"duty": duty}))
+    report = audit_module.audit(dsn, pause=pause, **({} if duty is None else {"duty": duty}))
     report.heads.clear()  # not needed by the parent; keeps the pickle small
     out.put((report, resource.getrusage(resource.RUSAGE_SELF)))
 
@@ -204,8 +210,10 @@ class ServerCpu:
             ).fetchall():
                 try:
                     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-                except OSError:
+                except PermissionError:  # a server run by another user
                     self._readable = False
+                    continue
+                except OSError:  # it exited meanwhile
                     continue
                 self._seen[pid] = (int(fields[11]) + int(fields[12])) / self._tick
 
@@ -224,16 +232,17 @@ def _temp_bytes(conn: Any) -> int:
     return int(row[0])
 
 
-def _round(args: argparse.Namespace, dsn: str, ctx: Any, null: bool, cpu: Any) -> tuple[list[tuple[str, float, float]], Any, float | None]:
-    """One audit (or, ``null``, an idle process) stopped and resumed every --window
+def _round(args: argparse.Namespace, dsn: str, ctx: Any, arm: tuple[str, float | None, str | None] | None, cpu: Any) -> tuple[list[tuple[str, float, float]], Any, float | None]:
+    """One audit (or, ``arm`` None, an idle process) stopped and resumed every --window
     seconds: returns the windows, the audit's report and rusage, its backend CPU."""
     result = ctx.Queue()
     ready = ctx.Event()
     stopped = ctx.Value("d", 0.0)  # seconds the audit child spent stopped so far
-    if null:
+    if arm is None:
         proc = ctx.Process(target=_idle_child, args=(dsn, args.null_seconds, ready, result))
     else:
-        proc = ctx.Process(target=_audit_child, args=(dsn, args.pause, args.duty, ready, result, stopped))
+        _, duty, src = arm
+        proc = ctx.Process(target=_audit_child, args=(dsn, args.pause, duty, src, ready, result, stopped))
     before = cpu() if cpu else None
     windows: list[tuple[str, float, float]] = []
     proc.start()
@@ -300,6 +309,9 @@ def main() -> int:
     parser.add_argument("--drop", action="store_true", help="drop the database at the end")
     parser.add_argument("--pause", type=float, default=None, help="audit: seconds between ranges (default: automatic)")
     parser.add_argument("--duty", type=float, default=None, help="audit: the automatic pace's duty cycle (default: audit's)")
+    parser.add_argument("--also-duty", type=float, action="append", default=[],
+                        help="another arm: this checkout's audit at this duty (repeatable)")
+    parser.add_argument("--compare", type=Path, help="another arm: the audit of another checkout's src/ directory")
     parser.add_argument("--json", type=Path, help="write the figures here")
     args = parser.parse_args()
 
@@ -359,52 +371,63 @@ def main() -> int:
         import multiprocessing as mp
 
         ctx = mp.get_context("spawn")
-        plan = ([True] if args.null_seconds > 0 else []) + [False] * args.rounds
+        main_arm = ("this checkout" + ("" if args.duty is None else f", duty {args.duty:g}"), args.duty, None)
+        arms = [main_arm] + [(f"this checkout, duty {d:g}", d, None) for d in args.also_duty]
+        if args.compare:
+            arms.append((f"{args.compare}", None, str(args.compare)))
+        # the arms take turns, round after round: each sees the same drift in load
+        plan: list[tuple[str, float | None, str | None] | None] = [None] if args.null_seconds > 0 else []
+        plan += [arm for _ in range(args.rounds) for arm in arms]
         rounds = []
-        for null in plan:
+        for arm in plan:
             refresh_active(dsn, args.threads, args.planted)
             load_before = _load()
-            windows, (during, usage), server_cpu = _round(args, dsn, ctx, null, cpu)
-            rounds.append((null, windows, during, usage, server_cpu, load_before, _load()))
+            windows, (during, usage), server_cpu = _round(args, dsn, ctx, arm, cpu)
+            rounds.append((arm, windows, during, usage, server_cpu, load_before, _load()))
         samples = writers.stop()
         sampler.close()
 
-        pooled: dict[str, list[list[float]]] = {"on": [], "off": []}
+        pooled: dict[str, dict[str, list[list[float]]]] = {arm[0]: {"on": [], "off": []} for arm in arms}
         bad = 0
         print(f"beside {args.writers} writers (one put every {args.interval:g} ms each), windows of {args.window:g} s:")
-        for null, windows, during, usage, server_cpu, load_before, load_after in rounds:
+        for arm, windows, during, usage, server_cpu, load_before, load_after in rounds:
             phases = _split(windows, samples)
             on_s = sum(e - s for n, s, e in windows if n == "on")
             ratio = _ratio(phases["on"], phases["off"])
             p99 = {k: pct([x for w in v for x in w], 0.99) for k, v in phases.items()}
-            if null:
+            if arm is None:
                 label = "null round (idle process)"
                 detail = ""
+                figures["null_ratio"] = ratio
             else:
-                pooled["on"] += phases["on"]
-                pooled["off"] += phases["off"]
+                pooled[arm[0]]["on"] += phases["on"]
+                pooled[arm[0]]["off"] += phases["off"]
                 _, missed2, false2 = check(during, expected)
-                bad += missed2 + false2
+                if arm is main_arm:
+                    bad += missed2 + false2
                 server_s = "n/a" if server_cpu is None else f"{server_cpu:.1f} s"
                 detail = (f"; audit {on_s:.1f} s running ({during.paused_seconds:.1f} s paused), "
                           f"CPU server {server_s} client {usage.ru_utime + usage.ru_stime:.1f} s, "
                           f"missed {missed2}, false positives {false2}")
-                label = f"audit round {len(figures['rounds']) + 1}"
-                figures["rounds"].append({"ratio": ratio, "p99_off": p99["off"], "p99_on": p99["on"],
+                label = f"audit ({arm[0]})"
+                figures["rounds"].append({"arm": arm[0], "ratio": ratio, "p99_off": p99["off"], "p99_on": p99["on"],
                                           "running": on_s, "paused": during.paused_seconds,
-                                          "server_cpu": server_cpu, "load": [load_before, load_after]})
+                                          "server_cpu": server_cpu, "client_cpu": usage.ru_utime + usage.ru_stime,
+                                          "missed": missed2, "false": false2, "load": [load_before, load_after]})
             print(f"  {label}: p99 off {p99['off']:.2f} ms / on {p99['on']:.2f} ms = {ratio:.2f}"
                   f"{detail}; load average {load_before} -> {load_after}")
-            if null:
-                figures["null_ratio"] = ratio
-        for name in ("off", "on"):
-            v = [x for w in pooled[name] for x in w]
-            print(f"  writers, audit {name:3}: {len(v):6} puts  p50 {pct(v, 0.5):6.2f} ms  p99 {pct(v, 0.99):6.2f} ms")
-        ratio = _ratio(pooled["on"], pooled["off"])
-        low, high = _interval(pooled["on"], pooled["off"])
-        figures["ratio"], figures["interval"] = ratio, [low, high]
-        print(f"writers' p99 during the audit / without it, {args.rounds} rounds pooled: {ratio:.2f} "
-              f"(90% interval over windows {low:.2f}-{high:.2f})")
+        figures["arms"] = {}
+        for name, phases in pooled.items():
+            on_v = [x for w in phases["on"] for x in w]
+            off_v = [x for w in phases["off"] for x in w]
+            r = _ratio(phases["on"], phases["off"])
+            low, high = _interval(phases["on"], phases["off"])
+            figures["arms"][name] = {"ratio": r, "interval": [low, high], "p99_off": pct(off_v, 0.99),
+                                     "p99_on": pct(on_v, 0.99), "puts": [len(off_v), len(on_v)]}
+            print(f"{name}: {args.rounds} rounds pooled, writers' p99 off {pct(off_v, 0.99):.2f} ms "
+                  f"({len(off_v)} puts, p50 {pct(off_v, 0.5):.2f}) / on {pct(on_v, 0.99):.2f} ms ({len(on_v)} puts, "
+                  f"p50 {pct(on_v, 0.5):.2f}) = {r:.2f} (90% interval over windows {low:.2f}-{high:.2f})")
+        ratio = figures["arms"][main_arm[0]]["ratio"]
         ok = missed == false == bad == 0 and report.seconds < 60
         print("RESULT:", "ok" if ok and ratio < 1.2 else "NOT MET")
         if args.json:

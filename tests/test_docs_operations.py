@@ -20,8 +20,8 @@ from langgraph_deterministic.cli import main
 from langgraph_deterministic.embedded import create_database, database_name, drop_database
 from langgraph_deterministic.ops import DEFAULT_IDLE, STATEMENT_TIMEOUT_MS
 from langgraph_deterministic.ops.audit import (
-    AUTO_BUSY_WAL_BYTES_PER_S,
     AUDIT_WORK_MEM,
+    AUTO_BUSY_WAL_BYTES_PER_S,
     AUTO_DUTY,
     DEFAULT_BATCH_ROWS,
     FAULTS,
