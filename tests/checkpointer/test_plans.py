@@ -12,11 +12,11 @@ import psycopg
 import pytest
 from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 
+from devtools.postgres import create_database, database_name, drop_database
 from langgraph_deterministic import DeterministicSaver
 from langgraph_deterministic.checkpointer import _core
 from langgraph_deterministic.checkpointer._batch import Batch, Operation
 from langgraph_deterministic.checkpointer._rows import Codec
-from langgraph_deterministic.embedded import create_database, database_name, drop_database
 
 CODEC = Codec(JsonPlusSerializer())
 LONG = "long"  # a thread of 3,000 root checkpoints (+ 300 in subgraph namespaces)
@@ -170,3 +170,39 @@ def test_delete_for_runs_keeps_blobs_other_checkpoints_still_reference(db: str) 
     assert before - blobs() == {("messages", f"v{g}") for g in range(10, 15)}
     assert ("__start__", "v0") in blobs()
     assert len(left) == 45 and not {f"{g:08d}" for g in range(10, 15)} & set(left)
+
+
+def _sent_by_list(db: str, monkeypatch: pytest.MonkeyPatch, *args: Any, **kwargs: Any) -> Any:
+    """The statements ``saver.list(...)`` really sends (recorded at the sync driver), and
+    what it returned."""
+    from langgraph_deterministic.checkpointer import saver as saver_module
+
+    sent: list[Batch] = []
+    execute = saver_module.execute
+
+    def recording(conn: Any, batch: Batch) -> Any:
+        sent.append(batch)
+        return execute(conn, batch)
+
+    monkeypatch.setattr(saver_module, "execute", recording)
+    with DeterministicSaver(db) as saver:
+        listed = list(saver.list(*args, **kwargs))
+    monkeypatch.undo()
+    return sent, listed
+
+
+@pytest.mark.parametrize(
+    "config", [None, {"configurable": {"thread_id": "thread-7"}}], ids=["global", "thread"]
+)
+def test_the_run_id_filter_list_sends_uses_the_run_id_index(
+    db: str, monkeypatch: pytest.MonkeyPatch, config: Any
+) -> None:
+    """EXPLAIN of the very statement list(filter={"run_id": ...}) sent, not a copy."""
+    sent, listed = _sent_by_list(db, monkeypatch, config, filter={"run_id": "thread-7:run-3"})
+    assert len(listed) == 5 and {t.metadata["run_id"] for t in listed} == {"thread-7:run-3"}
+    (batch,) = sent  # format v4 rows: no pending-sends read
+    plan = _explain(db, batch)
+    nodes = list(_nodes(plan["Plan"]))
+    assert "checkpoints_run_id_idx" in {n.get("Index Name") for n in nodes}, plan
+    assert not [n for n in nodes if n["Node Type"] == "Seq Scan"], plan
+    assert _rows_read(plan, "checkpoints") == 5  # the run's checkpoints, nothing else

@@ -13,7 +13,6 @@ import operator
 from typing import Annotated, Any
 
 import pytest
-from fake_journal import FakeAttempt, FakeJournal, Store
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.config import get_stream_writer
 from langgraph.graph import END, START, StateGraph
@@ -23,6 +22,8 @@ from typing_extensions import TypedDict
 from langgraph_deterministic.errors import DeterministicError, IncompatibleLangGraphError
 from langgraph_deterministic.runner import DeterministicRunner, NondeterminismError, durable
 from langgraph_deterministic.runner._runner import check_langgraph
+
+from .fake_journal import FakeAttempt, FakeJournal, Store
 
 
 class S(TypedDict, total=False):

@@ -117,14 +117,18 @@ def _with_pending_sends(codec: Codec, rows: list[tuple[Any, ...]]) -> Operation[
         return
     (sends,) = yield Batch.read(
         queries()["pending_sends"],
-        {"thread_id": old[0][0], "checkpoint_ids": [r[3] for r in old]},
+        {
+            "thread_ids": [r[0] for r in old],
+            "checkpoint_ns": [r[1] for r in old],
+            "checkpoint_ids": [r[3] for r in old],
+        },
     )
-    by_parent = {s[0]: s for s in sends or ()}
+    by_parent = {(s[0], s[1], s[2]): s for s in sends or ()}
     for row in old:
-        if (found := by_parent.get(row[3])) is None:
+        if (found := by_parent.get((row[0], row[1], row[3]))) is None:
             continue
         checkpoint = row[4]
-        packets = [codec.loads(t, b) for t, b in zip(found[1], found[2], strict=True)]
+        packets = [codec.loads(t, b) for t, b in zip(found[3], found[4], strict=True)]
         type_, blob = codec.dumps("pending sends", packets)
         versions = checkpoint.setdefault("channel_versions", {})
         versions[TASKS] = max(versions.values()) if versions else next_version(None)

@@ -14,6 +14,7 @@ import enum
 import inspect
 import logging
 import threading
+import time
 import uuid
 import weakref
 from collections.abc import (
@@ -30,6 +31,7 @@ from contextlib import (
     AbstractContextManager,
     asynccontextmanager,
     contextmanager,
+    suppress,
 )
 from functools import partial
 from types import TracebackType
@@ -54,7 +56,9 @@ from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
 from langgraph_deterministic.checkpointer import _core, _migrate
 from langgraph_deterministic.checkpointer._batch import (
+    Batch,
     Operation,
+    Results,
     arun,
     run,
 )
@@ -229,6 +233,11 @@ class DeterministicSaver(BaseCheckpointSaver[str]):
                 "Pass a DSN string, a psycopg (Async)Connection, or a psycopg_pool "
                 "(Async)ConnectionPool."
             )
+        if not self._has_sync():
+            # The loop the sync API hands its calls to (as AsyncPostgresSaver), known
+            # before the first async call when the saver is built on it.
+            with suppress(RuntimeError):
+                self._loop = asyncio.get_running_loop()
 
     @property
     def serde(self) -> SerializerProtocol:
@@ -392,6 +401,8 @@ class DeterministicSaver(BaseCheckpointSaver[str]):
         try:
             with self._connection() as conn:
                 op = operation(conn.info.backend_pid) if callable(operation) else operation
+                if conn is self._conn:
+                    return run(op, partial(self._execute_shared, conn))
                 return run(op, lambda batch: execute(conn, batch))
         except Exception as exc:
             translated = translate_error(exc)
@@ -407,12 +418,35 @@ class DeterministicSaver(BaseCheckpointSaver[str]):
         try:
             async with self._aconnection() as conn:
                 op = operation(conn.info.backend_pid) if callable(operation) else operation
+                if conn is self._aconn:
+                    return await arun(op, partial(self._aexecute_shared, conn))
                 return await arun(op, lambda batch: aexecute(conn, batch))
         except Exception as exc:
             translated = translate_error(exc)
             if translated is exc:
                 raise
             raise translated from exc
+
+    # One connection for every call: a run queued behind another on its thread (a NOTIFY
+    # wait) would keep it from the very run it waits for, so on a shared connection the
+    # wait gives the connection up and sleeps instead (the core re-polls its admission).
+
+    def _execute_shared(self, conn: Connection[Any], batch: Batch) -> Results:
+        if batch.wait is None:
+            return execute(conn, batch)
+        self._lock.release()
+        try:
+            time.sleep(batch.wait[1])
+        finally:
+            self._lock.acquire()
+        return []
+
+    async def _aexecute_shared(self, conn: AsyncConnection[Any], batch: Batch) -> Results:
+        if batch.wait is None:
+            return await aexecute(conn, batch)
+        assert self._alock is not None
+        await _wait_unlocked(self._alock, batch.wait[1])
+        return []
 
     def _run_on_loop(self, operation: Operation[T] | OnSession[T]) -> T:
         """The sync API over an async connection: allowed from a thread other than the
@@ -892,6 +926,24 @@ async def _close_with_loop(
             for conn in list(opened):
                 if not conn.closed:
                     await conn.close()
+
+
+async def _wait_unlocked(lock: asyncio.Lock, seconds: float) -> None:
+    """Sleep with ``lock`` given up, and hold it again on return, also when cancelled
+    (asyncio.Condition.wait's rule: the cancellation is raised once the lock is held)."""
+    lock.release()
+    try:
+        await asyncio.sleep(seconds)
+    finally:
+        cancelled = False
+        while True:
+            try:
+                await lock.acquire()
+                break
+            except asyncio.CancelledError:
+                cancelled = True
+        if cancelled:
+            raise asyncio.CancelledError
 
 
 def _refuse_from_coroutine(name: str, async_name: str) -> None:
