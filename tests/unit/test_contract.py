@@ -226,10 +226,12 @@ def test_guard_parameters_of_a_command_an_interrupt_and_a_branch() -> None:
     config = graph_run(fingerprint="command:cc")
     config["configurable"].update({ATTEMPT_KEY: "att", BRANCH_KEY: "c3"})
     info = info_of(config)
-    assert contract.guard_put(info, "c3", "c4") == (
-        "t1", "", "c3", "c4", "r1", "att", True, "command:cc", True,
-    )  # fmt: skip
-    assert contract.guard_put(info, "c9", "c10")[-1] is False  # type: ignore[index]
+    assert contract.guard_put(info, "c3", {}, "loop") == {
+        "run_id": "r1", "attempt": "att", "fingerprint": "command:cc", "ledger": True,
+        "branch": True, "closes": None, "closes_run": None,
+    }  # fmt: skip
+    guard = contract.guard_put(info, "c9", {}, "loop")
+    assert guard is not None and guard["branch"] is False
     command = contract.guard_writes(info, "c3", NULL_TASK_ID, ["__resume__"])
     assert command is not None and command["command"] and not command["interrupted"]
     assert command["slot"] == "c3~r1"  # the branch's own lineage slot at its branch point
@@ -237,7 +239,8 @@ def test_guard_parameters_of_a_command_an_interrupt_and_a_branch() -> None:
     assert interrupt is not None and interrupt["interrupted"] and not interrupt["command"]
     assert interrupt["slot"] == "c4"
     off = RunContract("off")
-    assert off.guard_put(info, "c3", "c4") is None and off.guard_writes(info, "c3", "t", []) is None
+    assert off.guard_put(info, "c3", {}, "loop") is None
+    assert off.guard_writes(info, "c3", "t", []) is None
 
 
 def test_update_state_outside_a_run_is_deliberate_a_graph_runs_write_is_not() -> None:

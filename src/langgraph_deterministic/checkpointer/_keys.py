@@ -29,6 +29,11 @@ MULTITASK_KEY = "__lgd_multitask_strategy"
 #: Configurable key ``get_tuple`` hands a graph run addressed at a past checkpoint: the
 #: checkpoint it branches from on purpose (LangGraph copies it into the run's writes).
 BRANCH_KEY = "__lgd_branch"
+#: Configurable key ``get_tuple`` hands a root graph run: the checkpoint it loaded, that
+#: checkpoint's run id and progress digest (JSON), so that its first write can tell
+#: whether the previous run had finished (contract.guard_put; LangGraph copies it into
+#: the run's writes).
+HEAD_KEY = "__lgd_head"
 #: The branch a root graph run loaded in this context: (thread, run id, branch point,
 #: whether LangGraph's superseded probe is still to come: see _core._note_branch).
 #: LangGraph hands its subgraphs neither the root's loaded config nor our keys in it, but
