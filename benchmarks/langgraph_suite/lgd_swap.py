@@ -6,8 +6,9 @@ Driven by ``run.py`` through environment variables:
 ``LGD_SUITE_SAVER``    ``theirs`` (baseline, nothing swapped) or ``ours``
 ``LGD_SUITE_POLICY``   our ``run_id_policy`` when swapped (``off``, ``warn`` or ``require``)
 ``LGD_SUITE_RUN_IDS``  ``1``: every root graph call and ``update_state`` without a run id
-                       gets one, through ``run_config`` as a user would build it (a new
-                       id per call; see ``_give_run_ids``)
+                       gets one, through ``run_config`` as a user would build it: a new
+                       id per call, but a retry (no input / a resume, after a run that
+                       raised) keeps that run's id; see ``_with_run_id``
 ``LGD_SUITE_BASE_URI`` ``postgresql://user[:pw]@host:port/`` - their fixtures append a
                        database name to it, as they do to their own default URI
 ``LGD_SUITE_DB``       scratch database standing in for their ``postgres`` database
@@ -33,7 +34,7 @@ from __future__ import annotations
 import json
 import os
 import sys
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncGenerator, AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from typing import Any
 
@@ -194,10 +195,28 @@ def _patch_modules() -> list[str]:
 
 # --- run ids, as a user under run_id_policy="require" gives them ----------------------
 
+# The last root run per (saver, thread) in this test: its run id, the checkpoint_id its
+# config named, and whether it ended normally (returned, or stopped at an interrupt).
+# Cleared before every test, so an id() reused by a later saver never matches.
+_last_runs: dict[tuple[int, str], tuple[str, Any, bool]] = {}
 
-def _with_run_id(config: Any) -> Any:
-    """``config`` as ``run_config(thread_id, <new id>, **configurable)`` builds it, its
-    other keys kept; unchanged for a call inside a running graph (a subgraph, a task), a
+
+def _is_retry(input: Any) -> bool:
+    """What a user passes to continue a run rather than start one: no input, or a
+    ``Command`` carrying a resume value."""
+    if input is None:
+        return True
+    from langgraph.types import Command
+
+    return isinstance(input, Command) and input.resume is not None
+
+
+def _with_run_id(graph: Any, input: Any, config: Any) -> tuple[Any, Any]:
+    """``config`` as ``run_config(thread_id, run_id, **configurable)`` builds it, its other
+    keys kept, and the (saver, thread) key to record the run's outcome under. The run id is
+    the previous run's on this thread when this call retries it (``_is_retry`` input, the
+    same ``checkpoint_id``, and that run raised or was left unfinished), else a new one.
+    Unchanged (key ``None``) for a call inside a running graph (a subgraph, a task), a
     config that names a run id already, or one without a thread."""
     import secrets
 
@@ -215,10 +234,24 @@ def _with_run_id(config: Any) -> Any:
         or configurable.get("run_id") is not None
         or metadata.get("run_id") is not None
     ):
-        return config
+        return config, None
     thread = configurable.pop("thread_id")
-    # Not uuid4: their tests patch it to make ids deterministic.
-    built = run_config(thread, f"suite-{secrets.token_hex(8)}", **configurable)
+    saver = configurable.get("__pregel_checkpointer") or getattr(graph, "checkpointer", None)
+    key = (id(saver), str(thread))
+    previous = _last_runs.get(key)
+    checkpoint_id = configurable.get("checkpoint_id")
+    if (
+        previous is not None
+        and not previous[2]
+        and previous[1] == checkpoint_id
+        and _is_retry(input)
+    ):
+        run_id = previous[0]
+    else:
+        # Not uuid4: their tests patch it to make ids deterministic.
+        run_id = f"suite-{secrets.token_hex(8)}"
+    _last_runs[key] = (run_id, checkpoint_id, False)  # unfinished until it ends
+    built = run_config(thread, run_id, **configurable)
     out = {**(config or {}), "configurable": built["configurable"]}
     out["metadata"] = {**metadata, **built["metadata"]}
     callbacks = (config or {}).get("callbacks")
@@ -231,35 +264,65 @@ def _with_run_id(config: Any) -> Any:
         out["callbacks"] = manager
     else:
         out["callbacks"] = [*callbacks, *built["callbacks"]]
-    return out
+    return out, key
+
+
+def _ended(key: Any) -> None:
+    """The run recorded under ``key`` ended normally: a later call starts a new run."""
+    if key in _last_runs:
+        run_id, checkpoint_id, _ = _last_runs[key]
+        _last_runs[key] = (run_id, checkpoint_id, True)
+
+
+def _tracked(stream: Iterator[Any], key: Any) -> Iterator[Any]:
+    # An exception, or a stream closed early, leaves the run unfinished: retried by id.
+    yield from stream
+    _ended(key)
+
+
+async def _atracked(stream: AsyncGenerator[Any, None], key: Any) -> AsyncIterator[Any]:
+    try:
+        async for chunk in stream:
+            yield chunk
+    finally:
+        await stream.aclose()
+    _ended(key)
 
 
 def _give_run_ids() -> None:
     """Wrap the entry points a user calls with a config: ``stream``/``astream`` (``invoke``
     and ``ainvoke`` go through them) and ``bulk_update_state``/``abulk_update_state``
-    (``update_state`` goes through them). ``get_state``/history need no run id."""
+    (``update_state`` goes through them; always a new id, and it ends any run before it:
+    the thread's head is then the update's). ``get_state``/history need no run id."""
     from langgraph.pregel import Pregel
 
-    def first_arg(name: str) -> None:  # (self, config, supersteps)
+    def update(name: str) -> None:  # (self, config, supersteps)
         original = getattr(Pregel, name)
 
         def wrapper(self: Any, config: Any, *args: Any, **kw: Any) -> Any:
-            return original(self, _with_run_id(config), *args, **kw)
+            config, key = _with_run_id(self, _UPDATE, config)
+            _ended(key)
+            return original(self, config, *args, **kw)
 
         setattr(Pregel, name, wrapper)
 
-    def second_arg(name: str) -> None:  # (self, input, config=None, ...)
+    def stream(name: str, track: Any) -> None:  # (self, input, config=None, ...)
         original = getattr(Pregel, name)
 
         def wrapper(self: Any, input: Any, config: Any = None, *args: Any, **kw: Any) -> Any:
-            return original(self, input, _with_run_id(config), *args, **kw)
+            config, key = _with_run_id(self, input, config)
+            out = original(self, input, config, *args, **kw)
+            return out if key is None else track(out, key)
 
         setattr(Pregel, name, wrapper)
 
-    second_arg("stream")
-    second_arg("astream")  # an async generator function: the wrapper returns its iterator
-    first_arg("bulk_update_state")
-    first_arg("abulk_update_state")  # a coroutine function: the wrapper returns its coroutine
+    stream("stream", _tracked)
+    stream("astream", _atracked)  # an async generator function: wrapped as one
+    update("bulk_update_state")
+    update("abulk_update_state")  # a coroutine function: the wrapper returns its coroutine
+
+
+_UPDATE = object()  # the "input" of an update_state call: never a retry
 
 
 # --- hooks --------------------------------------------------------------------------
@@ -277,6 +340,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         _give_run_ids()
     if _env("LGD_SUITE_SAVER") == "ours" and not patched:
         raise pytest.UsageError("lgd_swap: found no PostgresSaver to swap in tests.*")
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    _last_runs.clear()
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
