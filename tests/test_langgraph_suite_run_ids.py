@@ -25,13 +25,21 @@ class _State(TypedDict):
 
 
 @pytest.fixture
-def give_run_ids() -> Iterator[None]:
+def give_run_ids() -> Iterator[list[Any]]:
+    """The harness's wrappers installed; yields the inputs Pregel.stream was called with."""
     names = ("stream", "astream", "bulk_update_state", "abulk_update_state")
     saved = {name: getattr(Pregel, name) for name in names}
+    inputs: list[Any] = []
+
+    def spy(self: Any, input: Any, *args: Any, **kw: Any) -> Any:
+        inputs.append(input)
+        return saved["stream"](self, input, *args, **kw)
+
+    Pregel.stream = spy  # type: ignore[method-assign]
     lgd_swap._give_run_ids()
     lgd_swap._last_runs.clear()
     try:
-        yield
+        yield inputs
     finally:
         for name, original in saved.items():
             setattr(Pregel, name, original)
@@ -49,8 +57,9 @@ def _graph(seen: list[str], fail: list[bool]) -> Any:
     return builder.compile(checkpointer=InMemorySaver())
 
 
-@pytest.mark.usefixtures("give_run_ids")
-def test_a_retry_keeps_the_failed_runs_id_and_new_input_gets_a_new_one() -> None:
+def test_a_retry_keeps_the_failed_runs_id_and_input_and_new_input_gets_a_new_id(
+    give_run_ids: list[Any],
+) -> None:
     seen: list[str] = []
     graph = _graph(seen, [True, False, False, True, False])
     config: RunnableConfig = {"configurable": {"thread_id": "t"}}
@@ -63,6 +72,8 @@ def test_a_retry_keeps_the_failed_runs_id_and_new_input_gets_a_new_one() -> None
     graph.invoke({"x": 9}, config)  # new input after a failure: a new run, not a retry
     assert seen[0] == seen[1]
     assert len(set(seen)) == 4, seen
+    # The retry is called as the contract says a user retries: the original input.
+    assert give_run_ids == [{"x": 0}, {"x": 0}, {"x": 5}, {"x": 7}, {"x": 9}]
     assert all(run_id.startswith("suite-") for run_id in seen)
 
 

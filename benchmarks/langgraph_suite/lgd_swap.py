@@ -8,7 +8,7 @@ Driven by ``run.py`` through environment variables:
 ``LGD_SUITE_RUN_IDS``  ``1``: every root graph call and ``update_state`` without a run id
                        gets one, through ``run_config`` as a user would build it: a new
                        id per call, but a retry (no input / a resume, after a run that
-                       raised) keeps that run's id; see ``_with_run_id``
+                       raised) is called with that run's id and input; see ``_with_run_id``
 ``LGD_SUITE_BASE_URI`` ``postgresql://user[:pw]@host:port/`` - their fixtures append a
                        database name to it, as they do to their own default URI
 ``LGD_SUITE_DB``       scratch database standing in for their ``postgres`` database
@@ -196,9 +196,10 @@ def _patch_modules() -> list[str]:
 # --- run ids, as a user under run_id_policy="require" gives them ----------------------
 
 # The last root run per (saver, thread) in this test: its run id, the checkpoint_id its
-# config named, and whether it ended normally (returned, or stopped at an interrupt).
-# Cleared before every test, so an id() reused by a later saver never matches.
-_last_runs: dict[tuple[int, str], tuple[str, Any, bool]] = {}
+# config named, whether it ended normally (returned, or stopped at an interrupt), and the
+# input it was first called with. Cleared before every test, so an id() reused by a later
+# saver never matches.
+_last_runs: dict[tuple[int, str], tuple[str, Any, bool, Any]] = {}
 
 
 def _is_retry(input: Any) -> bool:
@@ -211,13 +212,15 @@ def _is_retry(input: Any) -> bool:
     return isinstance(input, Command) and input.resume is not None
 
 
-def _with_run_id(graph: Any, input: Any, config: Any) -> tuple[Any, Any]:
+def _with_run_id(graph: Any, input: Any, config: Any) -> tuple[Any, Any, Any]:
     """``config`` as ``run_config(thread_id, run_id, **configurable)`` builds it, its other
-    keys kept, and the (saver, thread) key to record the run's outcome under. The run id is
-    the previous run's on this thread when this call retries it (``_is_retry`` input, the
-    same ``checkpoint_id``, and that run raised or was left unfinished), else a new one.
-    Unchanged (key ``None``) for a call inside a running graph (a subgraph, a task), a
-    config that names a run id already, or one without a thread."""
+    keys kept, the input to call with, and the (saver, thread) key to record the run's
+    outcome under. When this call retries the previous run on this thread (``_is_retry``
+    input, the same ``checkpoint_id``, and that run raised or was left unfinished) it is
+    called as our contract tells a user to retry: that run's id and its original input
+    (the same id with another input is ``RunInputMismatchError``); else a new id and the
+    input unchanged. Unchanged (key ``None``) for a call inside a running graph (a
+    subgraph, a task), a config that names a run id already, or one without a thread."""
     import secrets
 
     from langchain_core.callbacks import BaseCallbackManager
@@ -234,7 +237,7 @@ def _with_run_id(graph: Any, input: Any, config: Any) -> tuple[Any, Any]:
         or configurable.get("run_id") is not None
         or metadata.get("run_id") is not None
     ):
-        return config, None
+        return config, input, None
     thread = configurable.pop("thread_id")
     saver = configurable.get("__pregel_checkpointer") or getattr(graph, "checkpointer", None)
     key = (id(saver), str(thread))
@@ -246,11 +249,11 @@ def _with_run_id(graph: Any, input: Any, config: Any) -> tuple[Any, Any]:
         and previous[1] == checkpoint_id
         and _is_retry(input)
     ):
-        run_id = previous[0]
+        run_id, input = previous[0], previous[3]
     else:
         # Not uuid4: their tests patch it to make ids deterministic.
         run_id = f"suite-{secrets.token_hex(8)}"
-    _last_runs[key] = (run_id, checkpoint_id, False)  # unfinished until it ends
+    _last_runs[key] = (run_id, checkpoint_id, False, input)  # unfinished until it ends
     built = run_config(thread, run_id, **configurable)
     out = {**(config or {}), "configurable": built["configurable"]}
     out["metadata"] = {**metadata, **built["metadata"]}
@@ -264,14 +267,14 @@ def _with_run_id(graph: Any, input: Any, config: Any) -> tuple[Any, Any]:
         out["callbacks"] = manager
     else:
         out["callbacks"] = [*callbacks, *built["callbacks"]]
-    return out, key
+    return out, input, key
 
 
 def _ended(key: Any) -> None:
     """The run recorded under ``key`` ended normally: a later call starts a new run."""
     if key in _last_runs:
-        run_id, checkpoint_id, _ = _last_runs[key]
-        _last_runs[key] = (run_id, checkpoint_id, True)
+        run_id, checkpoint_id, _, input = _last_runs[key]
+        _last_runs[key] = (run_id, checkpoint_id, True, input)
 
 
 def _tracked(stream: Iterator[Any], key: Any) -> Iterator[Any]:
@@ -300,7 +303,7 @@ def _give_run_ids() -> None:
         original = getattr(Pregel, name)
 
         def wrapper(self: Any, config: Any, *args: Any, **kw: Any) -> Any:
-            config, key = _with_run_id(self, _UPDATE, config)
+            config, _, key = _with_run_id(self, _UPDATE, config)
             _ended(key)
             return original(self, config, *args, **kw)
 
@@ -310,7 +313,7 @@ def _give_run_ids() -> None:
         original = getattr(Pregel, name)
 
         def wrapper(self: Any, input: Any, config: Any = None, *args: Any, **kw: Any) -> Any:
-            config, key = _with_run_id(self, input, config)
+            config, input, key = _with_run_id(self, input, config)
             out = original(self, input, config, *args, **kw)
             return out if key is None else track(out, key)
 
