@@ -61,7 +61,7 @@ def test_a_retry_keeps_the_failed_runs_id_and_input_and_new_input_gets_a_new_id(
     give_run_ids: list[Any],
 ) -> None:
     seen: list[str] = []
-    graph = _graph(seen, [True, False, False, True, False])
+    graph = _graph(seen, [True, False, False, True, True, False])
     config: RunnableConfig = {"configurable": {"thread_id": "t"}}
     with pytest.raises(ValueError):
         graph.invoke({"x": 0}, config)
@@ -69,11 +69,14 @@ def test_a_retry_keeps_the_failed_runs_id_and_input_and_new_input_gets_a_new_id(
     graph.invoke({"x": 5}, config)  # a new run after one that finished
     with pytest.raises(ValueError):
         graph.invoke({"x": 7}, config)
+    with pytest.raises(ValueError):
+        graph.invoke({"x": 7}, config)  # the same input re-sent: a retry too
     graph.invoke({"x": 9}, config)  # new input after a failure: a new run, not a retry
     assert seen[0] == seen[1]
+    assert seen[3] == seen[4]
     assert len(set(seen)) == 4, seen
     # The retry is called as the contract says a user retries: the original input.
-    assert give_run_ids == [{"x": 0}, {"x": 0}, {"x": 5}, {"x": 7}, {"x": 9}]
+    assert give_run_ids == [{"x": 0}, {"x": 0}, {"x": 5}, {"x": 7}, {"x": 7}, {"x": 9}]
     assert all(run_id.startswith("suite-") for run_id in seen)
 
 

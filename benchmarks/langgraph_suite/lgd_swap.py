@@ -202,21 +202,24 @@ def _patch_modules() -> list[str]:
 _last_runs: dict[tuple[int, str], tuple[str, Any, bool, Any]] = {}
 
 
-def _is_retry(input: Any) -> bool:
-    """What a user passes to continue a run rather than start one: no input, or a
-    ``Command`` carrying a resume value."""
+def _is_retry(input: Any, original: Any) -> bool:
+    """What a user sends to retry a run: no input (LangGraph's "continue from where it
+    stopped"), or the very input the run was first called with (a re-sent
+    ``Command(resume=...)`` included). Another value - a corrected resume after one was
+    rejected, say - is new work."""
     if input is None:
         return True
-    from langgraph.types import Command
-
-    return isinstance(input, Command) and input.resume is not None
+    try:
+        return bool(input == original)
+    except Exception:  # an input whose == refuses to compare: not the same call
+        return False
 
 
 def _with_run_id(graph: Any, input: Any, config: Any) -> tuple[Any, Any, Any]:
     """``config`` as ``run_config(thread_id, run_id, **configurable)`` builds it, its other
     keys kept, the input to call with, and the (saver, thread) key to record the run's
-    outcome under. When this call retries the previous run on this thread (``_is_retry``
-    input, the same ``checkpoint_id``, and that run raised or was left unfinished) it is
+    outcome under. When this call retries the previous run on this thread (``_is_retry``,
+    the same ``checkpoint_id``, and that run raised or was left unfinished) it is
     called as our contract tells a user to retry: that run's id and its original input
     (the same id with another input is ``RunInputMismatchError``); else a new id and the
     input unchanged. Unchanged (key ``None``) for a call inside a running graph (a
@@ -247,7 +250,7 @@ def _with_run_id(graph: Any, input: Any, config: Any) -> tuple[Any, Any, Any]:
         previous is not None
         and not previous[2]
         and previous[1] == checkpoint_id
-        and _is_retry(input)
+        and _is_retry(input, previous[3])
     ):
         run_id, input = previous[0], previous[3]
     else:
