@@ -33,6 +33,7 @@ from contextlib import (
     nullcontext,
     suppress,
 )
+from contextvars import ContextVar
 from functools import partial
 from types import TracebackType
 from typing import Any, Literal, TypeVar
@@ -86,6 +87,25 @@ _PROBE_TIMEOUT = 10
 # A pooler (PgBouncer, RDS Proxy, Supavisor) answers the startup with a backend pid of its
 # own: a pid the server does not confirm means the connection is not direct.
 _BACKEND_PID_SQL = "SELECT pg_backend_pid()"
+
+
+#: Set by PostgresJournal's session (runner/_postgres.py) for one runner call: told of
+#: every checkpoint this saver loads ("load", the id found or None) and, before it is sent,
+#: of every one it writes ("put") in that call. A task running from a checkpoint its own
+#: attempt created then needs no claim before its first durable op.
+CHECKPOINT_EVENTS: ContextVar[Callable[[str, RunnableConfig, str | None], None] | None] = (
+    ContextVar("lgd_checkpoint_events", default=None)
+)
+
+
+def _announce(kind: str, config: RunnableConfig, checkpoint_id: str | None) -> None:
+    listener = CHECKPOINT_EVENTS.get()
+    if listener is not None:
+        listener(kind, config, checkpoint_id)
+
+
+def _found_id(found: CheckpointTuple | None) -> str | None:
+    return None if found is None else str(found.config["configurable"]["checkpoint_id"])
 
 
 class _Unset(enum.Enum):
@@ -714,6 +734,7 @@ class DeterministicSaver(BaseCheckpointSaver[str]):
     def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
         found = self._run(_core.get_tuple(self._codec, config, self.contract))
         self._leases.bind(config, is_async=False)
+        _announce("load", config, _found_id(found))
         return found
 
     def list(
@@ -733,6 +754,7 @@ class DeterministicSaver(BaseCheckpointSaver[str]):
         metadata: CheckpointMetadata,
         new_versions: ChannelVersions,
     ) -> RunnableConfig:
+        _announce("put", config, str(checkpoint["id"]))
         return self._run(
             _core.put(self._codec, config, checkpoint, metadata, new_versions, self.contract)
         )
@@ -780,6 +802,7 @@ class DeterministicSaver(BaseCheckpointSaver[str]):
     async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
         found = await self._arun(_core.get_tuple(self._codec, config, self.contract))
         self._leases.bind(config, is_async=True)
+        _announce("load", config, _found_id(found))
         return found
 
     async def alist(
@@ -802,6 +825,7 @@ class DeterministicSaver(BaseCheckpointSaver[str]):
         metadata: CheckpointMetadata,
         new_versions: ChannelVersions,
     ) -> RunnableConfig:
+        _announce("put", config, str(checkpoint["id"]))
         return await self._arun(
             _core.put(self._codec, config, checkpoint, metadata, new_versions, self.contract)
         )

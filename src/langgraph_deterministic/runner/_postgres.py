@@ -192,14 +192,24 @@ def _store(
 
 
 @dataclass
+class _Fence:
+    """A fence check: at server time ``at`` this attempt held the thread (the answer came
+    back at local monotonic time ``local``). One new op may start on it (``used``)."""
+
+    at: Any
+    local: float
+    used: bool = False
+
+
+@dataclass
 class _TaskView:
     """What one session knows of a task's ops in the journal (read by its claims)."""
 
     stored: dict[str, tuple[str, str | None, bytes | None]] = field(default_factory=dict)
     #: ops claimed by an attempt when last read: only a claim may decide them
     busy: set[str] = field(default_factory=set)
-    #: (server time, local monotonic time of the answer) of the newest fence check
-    fence: tuple[Any, float] | None = None
+    #: the newest fence check of a statement of this task
+    fence: _Fence | None = None
 
 
 # --- outcomes --------------------------------------------------------------------------
@@ -253,6 +263,33 @@ class _Session:
         self._counters: dict[tuple[str, int], dict[str, int]] = {}
         self._inflight: set[tuple[str, str]] = set()
         self._tasks: dict[str, _TaskView] = {}
+        #: the newest fence check of any task (a task's first op may start on it)
+        self._fence: _Fence | None = None
+        #: the attempt has a row in lgd_journal_attempts (its first claim was answered)
+        self._registered = False
+        #: (thread, namespace) whose checkpoints this session loaded through the saver, and
+        #: (thread, checkpoint id) of those loaded or written before it was registered:
+        #: a task of any other checkpoint in such a namespace runs from one this run's own
+        #: loop created after its attempt was registered
+        self._loaded_ns: set[tuple[str, str]] = set()
+        self._not_ours: set[tuple[str, str]] = set()
+
+    def checkpoint_event(self, kind: str, config: Any, checkpoint_id: str | None) -> None:
+        """The saver loaded, or is about to write, a checkpoint (``CHECKPOINT_EVENTS``)."""
+        configurable = (config or {}).get("configurable") or {}
+        thread = str(configurable.get("thread_id"))
+        with self._lock:
+            if kind == "load":
+                self._loaded_ns.add((thread, str(configurable.get("checkpoint_ns") or "")))
+                for cid in (checkpoint_id, configurable.get("checkpoint_id")):
+                    if cid is not None:
+                        self._not_ours.add((thread, str(cid)))
+            elif not self._registered:
+                self._not_ours.add((thread, str(checkpoint_id)))
+
+    def _new_fence(self, view: _TaskView, at: Any) -> None:
+        fence = _Fence(at, time.monotonic())
+        view.fence = self._fence = fence
 
     # identity -------------------------------------------------------------------------
 
@@ -356,31 +393,49 @@ class _Session:
 
     # the one-round-trip rule ---------------------------------------------------------
 
+    def _take(self, fence: _Fence | None) -> Any:
+        """``fence``'s server time if a new op may start on it (fresh, unused), else None."""
+        if fence is None or fence.used:
+            return None
+        fence.used = True  # one op per fence check
+        if time.monotonic() - fence.local > self._journal.claim_ahead:
+            return None
+        return fence.at
+
     def _decide(self, ref: OpRef) -> tuple[str, Any]:
         """How to start an op: ``("replay", stored)`` from what the task's last claim read;
-        ``("ahead", fence_at)``: run it on the fence check of the task's previous statement
-        (claim-ahead); ``("claim", None)``: one claim first."""
-        window = self._journal.claim_ahead
+        ``("ahead", fence_at)``: run it on a fence check (claim-ahead) - its task's
+        previous statement's, or for a task's first op any task's, when this attempt wrote
+        the task's checkpoint after its first claim; ``("claim", None)``: claim first."""
         with self._lock:
             view = self._tasks.get(ref.task_ns)
             if view is None:
-                return "claim", None
+                # Nobody else can hold rows of a task whose checkpoint this run created
+                # once its attempt was registered: an attempt that read that checkpoint
+                # fenced this one off with its first claim, which the fence check sees.
+                if (ref.thread_id, ref.checkpoint_ns) not in self._loaded_ns or (
+                    ref.thread_id,
+                    ref.checkpoint_id,
+                ) in self._not_ours:
+                    return "claim", None
+                at = self._take(self._fence)
+                if at is None:
+                    return "claim", None
+                self._tasks[ref.task_ns] = _TaskView()
+                return "ahead", at
             hit = view.stored.get(ref.op_key)
             if hit is not None:
                 return "replay", hit
-            fence, view.fence = view.fence, None  # one op per fence check
-            if (
-                fence is not None
-                and ref.op_key not in view.busy
-                and time.monotonic() - fence[1] <= window
-            ):
-                return "ahead", fence[0]
-            return "claim", None
+            if ref.op_key in view.busy:
+                return "claim", None
+            at = self._take(view.fence)
+            return ("claim", None) if at is None else ("ahead", at)
 
     def _claimed(
         self, ref: OpRef, rows: list[tuple[Any, ...]]
     ) -> tuple[str, str | None, bytes | None, Any]:
         with self._lock:
+            self._registered = True
             view = self._tasks.setdefault(ref.task_ns, _TaskView())
             for key, status, type_, blob, _, _ in rows[:-1]:
                 if status == "running":
@@ -393,7 +448,7 @@ class _Session:
             if status != "run":  # replayed: the claim's fence check is left to the next op
                 view.stored[ref.op_key] = (status, type_, blob)
                 if fence_at is not None:
-                    view.fence = (fence_at, time.monotonic())
+                    self._new_fence(view, fence_at)
         return status, type_, blob, claimed_at
 
     def _kept(self, ref: OpRef, status: str, type_: str, blob: bytes, fence_at: Any) -> None:
@@ -401,7 +456,7 @@ class _Session:
             view = self._tasks.setdefault(ref.task_ns, _TaskView())
             view.stored[ref.op_key] = (status, type_, blob)
             if fence_at is not None:
-                view.fence = (fence_at, time.monotonic())
+                self._new_fence(view, fence_at)
 
     async def _astore(
         self, ref: OpRef, claimed_at: Any, claimed: bool, status: str, type_: str, blob: bytes
