@@ -12,21 +12,26 @@ and parallel tasks need no ordering at all. ``n`` counts ops of one name within 
 execution of the node (a node retried by its RetryPolicy starts counting again, so it
 finds the ops its first execution stored).
 
-Per op, at most one statement (the rule, with its proof obligations, is in
-docs/durable-ops-without-restate.md, "Round trips and the fence"):
+Per op, one statement, and one more for the run's first op (the rule, with its proof
+obligations, is in docs/durable-ops-without-restate.md, "Round trips and the fence"):
 
-1. A task's first op sends ``lgd_journal_claim_v2`` (migration 0013): the claim of
-   ``lgd_journal_claim_v1`` (0012: returns the op's stored outcome or claims it for this
-   attempt; raises ``LG430`` if the attempt lost the thread, and then ``fn`` never runs),
-   plus every other op the task has in the journal. The task's replayed ops need no
-   statement at all.
-2. Every outcome (result, or terminal error) is stored by ``lgd_journal_store_v2`` before
-   it is returned; the same statement checks the fence - the attempt is not fenced off,
-   its checkpoint not continued, nobody else holds the thread's lease - under the same
-   row lock a claim takes. A new op of the task that starts within ``claim_ahead``
-   seconds of that answer runs on that check (*claim-ahead*) instead of a claim of its
-   own, and its outcome is inserted only while the fence still holds. Anything else (an
-   op another attempt has claimed, a stale or failed check, the second of concurrent
+1. A run's first op, and the first op of a task whose checkpoint the run did not create
+   (it loaded it: a retry, a resumed interrupt), sends ``lgd_journal_claim_v2``
+   (migration 0013): the claim of ``lgd_journal_claim_v1`` (0012: returns the op's stored
+   outcome or claims it for this attempt; raises ``LG430`` if the attempt lost the thread,
+   and then ``fn`` never runs), plus every other op the task has in the journal. The
+   task's replayed ops need no statement at all. A claim is not waited on for the WAL
+   flush: a lost claim is an op not yet claimed.
+2. Every outcome (result, or terminal error) is stored by ``lgd_journal_store_v2``, and
+   durably committed (the WAL flushed, unless ``synchronous_commit=False``), before it is
+   returned; the same statement checks the fence - the attempt is not fenced off, its
+   checkpoint not continued, nobody else holds the thread's lease - under the same row
+   lock a claim takes. A new op that starts within ``claim_ahead`` seconds of that answer
+   runs on that check (*claim-ahead*) instead of a claim of its own, and its outcome is
+   inserted only while the fence still holds: the task's next op, or the first op of a
+   task of a checkpoint this run created after its first claim (the saver tells the
+   session which checkpoints it loads and writes: ``CHECKPOINT_EVENTS``). Anything else
+   (an op another attempt has claimed, a stale or failed check, the second of concurrent
    ops) claims first, as in 1.
 
 An op in flight when its worker died has no outcome (a claim, or no row at all on
@@ -405,7 +410,7 @@ class _Session:
     def _decide(self, ref: OpRef) -> tuple[str, Any]:
         """How to start an op: ``("replay", stored)`` from what the task's last claim read;
         ``("ahead", fence_at)``: run it on a fence check (claim-ahead) - its task's
-        previous statement's, or for a task's first op any task's, when this attempt wrote
+        previous statement's, or for a task's first op any task's, when this run created
         the task's checkpoint after its first claim; ``("claim", None)``: claim first."""
         with self._lock:
             view = self._tasks.get(ref.task_ns)
