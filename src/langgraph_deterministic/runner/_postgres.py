@@ -268,10 +268,10 @@ class _Session:
         self._counters: dict[tuple[str, int], dict[str, int]] = {}
         self._inflight: set[tuple[str, str]] = set()
         self._tasks: dict[str, _TaskView] = {}
-        #: the newest fence check of any task (a task's first op may start on it)
-        self._fence: _Fence | None = None
-        #: the attempt has a row in lgd_journal_attempts (its first claim was answered)
-        self._registered = False
+        #: per thread: the newest fence check of any task (a task's first op may start on it)
+        self._fences: dict[str, _Fence] = {}
+        #: threads where the attempt has a row in lgd_journal_attempts (a claim was answered)
+        self._registered: set[str] = set()
         #: (thread, namespace) whose checkpoints this session loaded through the saver, and
         #: (thread, checkpoint id) of those loaded or written before it was registered:
         #: a task of any other checkpoint in such a namespace runs from one this run's own
@@ -289,12 +289,12 @@ class _Session:
                 for cid in (checkpoint_id, configurable.get("checkpoint_id")):
                     if cid is not None:
                         self._not_ours.add((thread, str(cid)))
-            elif not self._registered:
+            elif thread not in self._registered:
                 self._not_ours.add((thread, str(checkpoint_id)))
 
-    def _new_fence(self, view: _TaskView, at: Any) -> None:
+    def _new_fence(self, ref: OpRef, view: _TaskView, at: Any) -> None:
         fence = _Fence(at, time.monotonic())
-        view.fence = self._fence = fence
+        view.fence = self._fences[ref.thread_id] = fence
 
     # identity -------------------------------------------------------------------------
 
@@ -423,7 +423,7 @@ class _Session:
                     ref.checkpoint_id,
                 ) in self._not_ours:
                     return "claim", None
-                at = self._take(self._fence)
+                at = self._take(self._fences.get(ref.thread_id))
                 if at is None:
                     return "claim", None
                 self._tasks[ref.task_ns] = _TaskView()
@@ -440,7 +440,7 @@ class _Session:
         self, ref: OpRef, rows: list[tuple[Any, ...]]
     ) -> tuple[str, str | None, bytes | None, Any]:
         with self._lock:
-            self._registered = True
+            self._registered.add(ref.thread_id)
             view = self._tasks.setdefault(ref.task_ns, _TaskView())
             for key, status, type_, blob, _, _ in rows[:-1]:
                 if status == "running":
@@ -453,7 +453,7 @@ class _Session:
             if status != "run":  # replayed: the claim's fence check is left to the next op
                 view.stored[ref.op_key] = (status, type_, blob)
                 if fence_at is not None:
-                    self._new_fence(view, fence_at)
+                    self._new_fence(ref, view, fence_at)
         return status, type_, blob, claimed_at
 
     def _kept(self, ref: OpRef, status: str, type_: str, blob: bytes, fence_at: Any) -> None:
@@ -461,7 +461,7 @@ class _Session:
             view = self._tasks.setdefault(ref.task_ns, _TaskView())
             view.stored[ref.op_key] = (status, type_, blob)
             if fence_at is not None:
-                self._new_fence(view, fence_at)
+                self._new_fence(ref, view, fence_at)
 
     async def _astore(
         self, ref: OpRef, claimed_at: Any, claimed: bool, status: str, type_: str, blob: bytes
