@@ -22,7 +22,8 @@ obligations, is in docs/durable-ops-without-restate.md, "Round trips and the fen
    and then ``fn`` never runs), plus every other op the task has in the journal. The
    task's replayed ops need no statement at all. A claim is not waited on for the WAL
    flush: a lost claim is an op not yet claimed.
-2. Every outcome (result, or terminal error) is stored by ``lgd_journal_store_v2``, and
+2. Every outcome (result, or terminal error) is stored by ``lgd_journal_store_v3``
+   (migration 0020: ``lgd_journal_store_v2`` of 0013 in fewer statements), and
    durably committed (the WAL flushed, unless ``synchronous_commit=False``), before it is
    returned; the same statement checks the fence - the attempt is not fenced off, its
    checkpoint not continued, nobody else holds the thread's lease - under the same row
@@ -170,8 +171,8 @@ def _store(
     blob: bytes,
     synchronous: bool = True,
 ) -> Generator[Batch, Any, Any]:
-    """``lgd_journal_store_v2``: store the outcome; return the fence check the task's next
-    op may start on (None: this attempt no longer holds the thread)."""
+    """``lgd_journal_store_v3``: store the outcome; return the fence check a next op may
+    start on (None: this attempt no longer holds the thread)."""
     params = {
         **ref.params(),
         "claimed": claimed,
@@ -180,7 +181,7 @@ def _store(
         "type": type_,
         "blob": blob,
     }
-    store = Statement(queries()["journal_store_v2"], params, fetch=True)
+    store = Statement(queries()["journal_store_v3"], params, fetch=True)
     if synchronous:
         (rows,) = yield Batch((store,))
     else:  # one pipeline, one implicit transaction: still one round trip
