@@ -39,7 +39,7 @@ sys.path.insert(0, str(ROOT / "src"))
 
 from benchmarks import fault_db  # noqa: E402
 
-from langgraph_deterministic.embedded import EmbeddedPostgres  # noqa: E402
+from devtools.postgres import start_postgres  # noqa: E402
 from langgraph_deterministic.ops.audit import audit  # noqa: E402
 
 RUNS_PER_THREAD = 8  # 5 checkpoints a run: 40 a thread
@@ -180,7 +180,7 @@ def main() -> int:
     url = os.environ.get("DATABASE_URL")
     if not url:
         cache = Path(os.environ.get("LGD_CACHE_DIR") or ROOT / ".cache")
-        server = EmbeddedPostgres.start(cache / "bench-audit-pg")
+        server = start_postgres(cache / "bench-audit-pg")
         url = server.dsn
     try:
         dsn, expected = database(url, args.threads, args.planted)

@@ -74,14 +74,14 @@ from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
-from langgraph_deterministic import DeterministicSaver
-from langgraph_deterministic.embedded import (
+from devtools.postgres import (
     create_database,
     database_name,
     drop_database,
     ensure_database_url,
     redact_dsn,
 )
+from langgraph_deterministic import DeterministicSaver
 
 SIDES = ("ours", "peer", "memory")
 NETS = ("direct", "1ms")

@@ -262,10 +262,10 @@ def main() -> None:
     server = None
     dsn = args.dsn
     if not dsn:
-        from langgraph_deterministic.embedded import ensure_database_url
+        from devtools.postgres import ensure_database_url
 
         dsn, server = ensure_database_url()
-    from langgraph_deterministic.embedded import create_database, database_name, drop_database
+    from devtools.postgres import create_database, database_name, drop_database
 
     db = create_database(dsn, prefix="lgd_bench_journal")
     load_before = os.getloadavg()

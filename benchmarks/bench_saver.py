@@ -95,14 +95,14 @@ from langgraph.types import Send
 from psycopg.rows import dict_row
 from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
-from langgraph_deterministic import DeterministicSaver, run_config
-from langgraph_deterministic.embedded import (
+from devtools.postgres import (
     create_database,
     database_name,
     drop_database,
     ensure_database_url,
     redact_dsn,
 )
+from langgraph_deterministic import DeterministicSaver, run_config
 
 OURS_POOL_KWARGS: dict[str, Any] = {"autocommit": True}
 PEER_POOL_KWARGS: dict[str, Any] = {

@@ -36,10 +36,10 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from devtools.postgres import ensure_database_url  # noqa: E402
 from harness import Timer, WorkloadResult, format_table, side_order  # noqa: E402
 from langgraph_deterministic import DeterministicSaver  # noqa: E402
 from langgraph_deterministic.checkpointer import _core  # noqa: E402
-from langgraph_deterministic.embedded import ensure_database_url  # noqa: E402
 from scale_db import ScaleSpec, default_plans, ensure, ensure_database  # noqa: E402
 
 READ_TARGET = 1 / 1.2

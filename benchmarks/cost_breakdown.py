@@ -50,13 +50,13 @@ from langgraph.checkpoint.postgres import PostgresSaver
 from psycopg import pq
 from psycopg.rows import dict_row
 
-from langgraph_deterministic import DeterministicSaver
-from langgraph_deterministic.embedded import (
+from devtools.postgres import (
     create_database,
     database_name,
     drop_database,
     ensure_database_url,
 )
+from langgraph_deterministic import DeterministicSaver
 
 OPS = ["put", "put_writes", "get_tuple", "list100", "graph_sync"]
 

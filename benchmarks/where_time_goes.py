@@ -53,13 +53,14 @@ import psycopg
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.checkpoint.postgres import PostgresSaver
 
-from langgraph_deterministic import DeterministicSaver
-from langgraph_deterministic.embedded import (
+from devtools.postgres import (
     EmbeddedPostgres,
     create_database,
     database_name,
     drop_database,
+    start_postgres,
 )
+from langgraph_deterministic import DeterministicSaver
 
 
 def start_server() -> tuple[EmbeddedPostgres, Path]:
@@ -67,12 +68,12 @@ def start_server() -> tuple[EmbeddedPostgres, Path]:
     root = Path(tempfile.mkdtemp(prefix="lgd-wtg-"))
     root.chmod(0o755)  # the server runs as another OS user when we are root
     data = root / "data"
-    server = EmbeddedPostgres.start(data, backend="system")
+    server = start_postgres(data, backend="system")
     with psycopg.connect(server.dsn, autocommit=True) as conn:
         conn.execute("ALTER SYSTEM SET shared_preload_libraries = 'pg_stat_statements'")
         conn.execute("ALTER SYSTEM SET track_functions = 'all'")
     server.stop()
-    server = EmbeddedPostgres.start(data, backend="system")
+    server = start_postgres(data, backend="system")
     with psycopg.connect(server.dsn, autocommit=True) as conn:
         conn.execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
         # Also the statements run inside the plpgsql guards (toplevel = false).

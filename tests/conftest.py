@@ -1,8 +1,9 @@
 """Shared Postgres fixtures for every test module.
 
-``pg_server_dsn`` (session): ``$DATABASE_URL`` when set, else an embedded Postgres started
-on first use and stopped at the end of the session. ``dsn`` (module): a fresh, empty
-database on that server for each test module, dropped when the module ends.
+``pg_server_dsn`` (session): ``$DATABASE_URL`` when set, else an embedded Postgres
+(devtools/postgres.py: pgserver, else the machine's binaries) started on first use and
+stopped at the end of the session. ``dsn`` (module): a fresh, empty database on that server
+for each test module, dropped when the module ends.
 
 ``pgbouncer`` (session): a real PgBouncer in transaction pooling mode in front of that
 server (tests/pgbouncer.py); ``bouncer.dsn_for(dsn)`` reaches a database through it. It
@@ -11,24 +12,18 @@ where that is a failure.
 
 Nothing here is autouse: a test session that never asks for these fixtures never starts
 Postgres. Other conftest files can build more databases with :func:`make_database` (or
-``langgraph_deterministic.embedded.create_database`` / ``drop_database``).
+``devtools.postgres.create_database`` / ``drop_database``).
 """
 
 from __future__ import annotations
 
-import importlib.util
 import os
-import sys
 from collections.abc import Iterator
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
 
-if importlib.util.find_spec("langgraph_deterministic") is None:  # not pip-installed: use src/
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
-
-from langgraph_deterministic.embedded import (
+from devtools.postgres import (
     create_database,
     database_name,
     drop_database,

@@ -11,15 +11,13 @@ from pathlib import Path
 
 import psycopg
 import pytest
+from benchmarks.scale_db import ScaleSpec, ThreadPlan, build, load_info
 from langgraph.checkpoint.postgres import PostgresSaver
 
+from devtools.postgres import create_database, database_name, drop_database
 from langgraph_deterministic import DeterministicSaver
-from langgraph_deterministic.embedded import create_database, database_name, drop_database
 
 BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
-sys.path.insert(0, str(BENCHMARKS))
-
-from scale_db import ScaleSpec, ThreadPlan, build, load_info  # noqa: E402
 
 
 @pytest.fixture

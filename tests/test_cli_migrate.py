@@ -10,9 +10,9 @@ import pytest
 from langgraph.checkpoint.postgres import PostgresSaver
 from psycopg.rows import dict_row
 
+from devtools.postgres import create_database, database_name, drop_database
 from langgraph_deterministic.checkpointer._migrate import VERSION_TABLE, discover, label
 from langgraph_deterministic.cli import main
-from langgraph_deterministic.embedded import create_database, database_name, drop_database
 
 ALL = [label(m) for m in discover()]
 

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from devtools.postgres import create_database, database_name, drop_database
 from langgraph_deterministic.cli import main
-from langgraph_deterministic.embedded import create_database, database_name, drop_database
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "migrations.md"
 

@@ -1,7 +1,9 @@
 """The embedded Postgres (both backends, for real) and the shared database fixtures.
 
-Uses ``create_database`` from the package, which conftest's ``make_database`` wraps: importing
-``conftest`` from a test module is unreliable once subdirectories add their own conftest.py.
+The launcher is test machinery (devtools/postgres.py, outside the wheel); its pgserver
+backend is the package's own ``langgraph_deterministic.embedded``, which the demo uses.
+Uses ``create_database``, which conftest's ``make_database`` wraps: importing ``conftest``
+from a test module is unreliable once subdirectories add their own conftest.py.
 """
 
 from __future__ import annotations
@@ -17,15 +19,15 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from langgraph_deterministic.embedded import (
+from devtools.postgres import (
     BACKEND_ENV,
     PG_BIN_ENV,
-    EmbeddedPostgres,
     check_connection,
     create_database,
     database_name,
     drop_database,
     ensure_database_url,
+    start_postgres,
 )
 from langgraph_deterministic.errors import (
     ConfigurationError,
@@ -34,7 +36,6 @@ from langgraph_deterministic.errors import (
 )
 
 BACKENDS = ["pgserver", "system"]
-SRC = Path(__file__).resolve().parents[1] / "src"
 
 
 def _free_port() -> int:
@@ -102,7 +103,7 @@ def test_backend_lifecycle_via_env_and_ensure_database_url(
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_given_data_dir_keeps_data_across_restarts(backend: str, scratch_dir: Path) -> None:
     data_dir = scratch_dir / "nested" / "pgdata"
-    with EmbeddedPostgres.start(data_dir, backend=backend) as first:
+    with start_postgres(data_dir, backend=backend) as first:
         assert first.data_dir == data_dir.resolve()
         with psycopg.connect(first.dsn, autocommit=True) as conn:
             conn.execute("CREATE TABLE kept (v text)")
@@ -110,7 +111,7 @@ def test_given_data_dir_keeps_data_across_restarts(backend: str, scratch_dir: Pa
     assert not first.running
     assert (data_dir / "PG_VERSION").exists()
     with (
-        EmbeddedPostgres.start(data_dir, backend=backend) as second,
+        start_postgres(data_dir, backend=backend) as second,
         psycopg.connect(second.dsn) as conn,
     ):
         assert conn.execute("SELECT v FROM kept").fetchall() == [("survives a restart",)]
@@ -119,10 +120,10 @@ def test_given_data_dir_keeps_data_across_restarts(backend: str, scratch_dir: Pa
 
 def test_unknown_backend_is_a_configuration_error(monkeypatch: pytest.MonkeyPatch) -> None:
     with pytest.raises(ConfigurationError, match="'pgserver', 'system' or 'auto'"):
-        EmbeddedPostgres.start(backend="docker")
+        start_postgres(backend="docker")
     monkeypatch.setenv(BACKEND_ENV, "nope")
     with pytest.raises(ConfigurationError, match=BACKEND_ENV):
-        EmbeddedPostgres.start()
+        start_postgres()
 
 
 def test_without_pgserver_auto_falls_back_to_system_binaries(
@@ -134,8 +135,8 @@ def test_without_pgserver_auto_falls_back_to_system_binaries(
     with pytest.raises(
         ConfigurationError, match=r"pip install 'langgraph-deterministic\[embedded\]'"
     ):
-        EmbeddedPostgres.start(backend="pgserver")
-    with EmbeddedPostgres.start() as server, psycopg.connect(server.dsn) as conn:
+        start_postgres(backend="pgserver")
+    with start_postgres() as server, psycopg.connect(server.dsn) as conn:
         assert server.backend == "system"
         assert conn.execute("SELECT 42").fetchone() == (42,)
 
@@ -147,9 +148,9 @@ def test_without_any_backend_the_error_names_both_causes_and_the_fixes(
     monkeypatch.setitem(sys.modules, "pgserver.postgres_server", None)
     monkeypatch.setenv(PG_BIN_ENV, str(tmp_path))  # holds no initdb/pg_ctl/postgres
     with pytest.raises(ConfigurationError, match=PG_BIN_ENV):
-        EmbeddedPostgres.start(backend="system")
+        start_postgres(backend="system")
     with pytest.raises(DatabaseUnavailableError) as caught:
-        EmbeddedPostgres.start(backend="auto")
+        start_postgres(backend="auto")
     message = str(caught.value)
     assert "pgserver:" in message
     assert "system binaries:" in message
@@ -165,7 +166,7 @@ def test_system_backend_as_root_rejects_a_data_dir_its_user_cannot_reach(
     private = tmp_path / "private"
     private.mkdir(mode=0o700)
     with pytest.raises(ConfigurationError, match="chmod o\\+x"):
-        EmbeddedPostgres.start(private / "pgdata", backend="system")
+        start_postgres(private / "pgdata", backend="system")
 
 
 def test_ensure_database_url_prefers_a_reachable_database_url(
@@ -240,19 +241,18 @@ def test_make_database_gives_isolated_databases_and_drop_removes_them(
 
 
 def test_tests_that_do_not_ask_for_a_database_never_start_postgres(tmp_path: Path) -> None:
-    # Our conftest, in a scratch project, with EmbeddedPostgres.start made to refuse.
+    # Our conftest, in a scratch project, with start_postgres made to refuse.
     conftest = (Path(__file__).parent / "conftest.py").read_text()
     (tmp_path / "conftest.py").write_text(
         conftest
         + "\n\ndef _refuse(*args, **kwargs):\n"
         + "    raise RuntimeError('embedded Postgres must not start')\n\n\n"
-        + "from langgraph_deterministic.embedded import EmbeddedPostgres  # noqa: E402\n\n"
-        + "EmbeddedPostgres.start = _refuse\n"
+        + "import devtools.postgres  # noqa: E402\n\n"
+        + "devtools.postgres.start_postgres = _refuse\n"
     )
     (tmp_path / "test_plain.py").write_text("def test_plain():\n    assert True\n")
     (tmp_path / "test_wants_db.py").write_text("def test_wants_db(dsn):\n    pass\n")
     env = {k: v for k, v in os.environ.items() if k != "DATABASE_URL"}
-    env["PYTHONPATH"] = str(SRC)
     env["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"  # 1 s instead of 5 s to start
     done = subprocess.run(
         [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-rA", "test_plain.py",

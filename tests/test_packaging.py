@@ -1,25 +1,35 @@
-"""The wheel carries what the code loads at run time: SQL files and py.typed."""
+"""The wheel carries what the code loads at run time (SQL files, py.typed) and nothing of
+the test machinery (devtools/, tests/, the launcher that creates OS users)."""
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 import zipfile
 from pathlib import Path
+
+import pytest
 
 from langgraph_deterministic.checkpointer._migrate import discover
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def test_wheel_ships_migrations_queries_and_py_typed(tmp_path: Path) -> None:
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("wheel")
     subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(tmp_path), str(ROOT)],
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(out), str(ROOT)],
         check=True,
         capture_output=True,
         timeout=300,
     )
-    (wheel,) = tmp_path.glob("langgraph_deterministic-*.whl")
+    (built,) = out.glob("langgraph_deterministic-*.whl")
+    return built
+
+
+def test_wheel_ships_migrations_queries_and_py_typed(wheel: Path) -> None:
     names = set(zipfile.ZipFile(wheel).namelist())
     assert "langgraph_deterministic/py.typed" in names
     assert "langgraph_deterministic/checkpointer/sql/queries.sql" in names
@@ -30,6 +40,26 @@ def test_wheel_ships_migrations_queries_and_py_typed(tmp_path: Path) -> None:
         )
     for shipped in ("demo.py", "ops/audit.py", "ops/repair.py", "ops/sql/audit.sql", "ops/sql/repair.sql"):
         assert f"langgraph_deterministic/{shipped}" in names
+
+
+# What only test machinery does: create OS users, change owners, run Postgres's own binaries.
+MACHINERY = re.compile(rb"useradd|os\.chown|pg_ctl|initdb|lgd_postgres|LGD_PG_BIN|LGD_EMBEDDED_BACKEND")
+
+
+def test_wheel_holds_no_test_machinery(wheel: Path) -> None:
+    with zipfile.ZipFile(wheel) as archive:
+        names = archive.namelist()
+        top = {name.split("/", 1)[0] for name in names}
+        assert {t for t in top if not t.endswith(".dist-info")} == {"langgraph_deterministic"}
+        assert not [n for n in names if "devtools" in n or "/tests/" in n or "conftest" in n]
+        offending = {
+            name: sorted({m.decode() for m in MACHINERY.findall(archive.read(name))})
+            for name in names
+            if name.endswith((".py", ".sql", ".sh")) and MACHINERY.search(archive.read(name))
+        }
+    assert offending == {}
+    # the launcher the tests use is where they find it, outside the package
+    assert MACHINERY.search((ROOT / "devtools" / "postgres.py").read_bytes())
 
 
 def test_pip_install_into_an_empty_venv_then_demo(tmp_path: Path) -> None:

@@ -111,7 +111,7 @@ def base_uri(dsn: str) -> str:
 def run_one(
     suite: str, root: Path, mode: str, base: str, admin: str, out: Path, extra: list[str]
 ) -> dict[str, dict[str, str]]:
-    from langgraph_deterministic.embedded import create_database, database_name, drop_database
+    from devtools.postgres import create_database, database_name, drop_database
 
     (root / "pytest.ini").write_text(INI[suite])
     scratch = database_name(create_database(admin, prefix="lgd_suite"))
@@ -218,7 +218,7 @@ def main() -> int:
     out.mkdir(parents=True, exist_ok=True)
     roots = {s: sdist_tests(SUITES[s], work) for s in suites}
 
-    from langgraph_deterministic.embedded import ensure_database_url
+    from devtools.postgres import ensure_database_url
 
     admin, server = ensure_database_url()
     try:

@@ -30,14 +30,10 @@ from langchain_core.tools import tool
 from langgraph.graph import END, START, StateGraph
 from langgraph.graph.message import add_messages
 from langgraph.prebuilt import ToolNode
+from psycopg.conninfo import conninfo_to_dict
 
 from langgraph_deterministic import DeterministicSaver, run_config
-from langgraph_deterministic.embedded import (
-    create_database,
-    database_name,
-    drop_database,
-    ensure_database_url,
-)
+from langgraph_deterministic.embedded import create_database, drop_database, ensure_database_url
 from langgraph_deterministic.errors import DeterministicError
 
 CRASH_FLAG = "LGD_DEMO_CRASH_IN_TOOL"
@@ -242,7 +238,7 @@ def main(dsn: str | None = None) -> int:
     try:
         return run_demo(scratch)
     finally:
-        drop_database(url, database_name(scratch))
+        drop_database(url, str(conninfo_to_dict(scratch)["dbname"]))
         if server is not None:
             server.stop()
 

@@ -100,6 +100,17 @@ class RunUnfinishedError(DeterministicError):
     before, ``langgraph-deterministic audit`` / ``repair``."""
 
 
+class PruneRefusedError(DeterministicError, NotImplementedError):
+    """``prune(strategy="keep_latest")`` would lose state that a DeltaChannel rebuilds from
+    older checkpoints (a ``NotImplementedError``, as PostgresSaver raises). Nothing was
+    pruned. Fix: ``strategy="delete"`` for those threads, or leave them out."""
+
+
+class PruneArgumentError(ConfigurationError, TypeError):
+    """``prune()`` got one thread id string instead of a sequence (a ``TypeError``, as
+    PostgresSaver raises). Fix: ``prune([thread_id])``."""
+
+
 class JournalLimitError(DeterministicError, ValueError):
     """A durable op's result is larger than the journal accepts (``max_result_bytes``).
     Nothing was stored; the op runs again on a retry. Fix: return a reference (an object
@@ -125,6 +136,8 @@ __all__ = [
     "MigrationError",
     "MigrationLockTimeoutError",
     "NondeterminismError",
+    "PruneArgumentError",
+    "PruneRefusedError",
     "RunIdRequiredError",
     "RunInputMismatchError",
     "RunSupersededError",

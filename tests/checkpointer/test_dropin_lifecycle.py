@@ -113,7 +113,7 @@ def test_bad_pool_options_are_refused(db: str, options: dict[str, Any]) -> None:
 async def test_awaited_sync_setup_is_refused_before_anything_runs(
     pg_server_dsn: str,
 ) -> None:
-    from langgraph_deterministic.embedded import create_database, database_name, drop_database
+    from devtools.postgres import create_database, database_name, drop_database
 
     fresh = create_database(pg_server_dsn, prefix="lgd_awaited_setup")
     try:

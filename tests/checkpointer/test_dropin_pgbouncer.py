@@ -20,6 +20,7 @@ from psycopg_pool import AsyncConnectionPool
 from tests.conftest import make_database
 from tests.pgbouncer import PgBouncer
 
+from devtools.postgres import database_name, drop_database
 from langgraph_deterministic import (
     ConfigurationError,
     DatabaseUnavailableError,
@@ -28,7 +29,6 @@ from langgraph_deterministic import (
     run_config,
 )
 from langgraph_deterministic.checkpointer._migrate import ADVISORY_LOCK_KEY, VERSION_TABLE
-from langgraph_deterministic.embedded import database_name, drop_database
 
 from .dropin import run_sync
 from .graphs import build_graph, first_input

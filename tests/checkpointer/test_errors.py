@@ -69,7 +69,7 @@ def test_wrong_password_or_database_is_reported_as_such(pg_server_dsn: str) -> N
 def test_missing_tables_say_run_setup(pg_server_dsn: str) -> None:
     from tests.conftest import make_database
 
-    from langgraph_deterministic.embedded import database_name, drop_database
+    from devtools.postgres import database_name, drop_database
 
     empty = make_database(pg_server_dsn, prefix="lgd_nosetup")
     try:
@@ -190,7 +190,7 @@ def test_only_connection_failures_read_as_an_unreachable_server() -> None:
     """A deadlock or serialization failure is an OperationalError too, but calling it
     'cannot reach Postgres' would send the operator the wrong way and hide that the
     operation may simply be retried."""
-    from langgraph_deterministic.checkpointer._core import translate_error
+    from langgraph_deterministic.checkpointer._translate import translate_error
 
     for transient in (
         psycopg.errors.DeadlockDetected("deadlock detected"),

@@ -13,9 +13,9 @@ import pytest
 from langgraph.checkpoint.postgres import PostgresSaver
 from psycopg.rows import dict_row
 
+from devtools.postgres import create_database, database_name, drop_database
 from langgraph_deterministic import ConfigurationError, DeterministicSaver
 from langgraph_deterministic.checkpointer._migrate import VERSION_TABLE, discover
-from langgraph_deterministic.embedded import create_database, database_name, drop_database
 
 
 @pytest.fixture

@@ -20,9 +20,9 @@ from langgraph.checkpoint.postgres import PostgresSaver
 from psycopg.rows import dict_row
 from psycopg_pool import AsyncConnectionPool
 
+from devtools.postgres import create_database, database_name, drop_database
 from langgraph_deterministic import DeterministicSaver, MigrationLockTimeoutError
 from langgraph_deterministic.checkpointer._migrate import ADVISORY_LOCK_KEY, discover, label
-from langgraph_deterministic.embedded import create_database, database_name, drop_database
 
 ALL = [label(m) for m in discover()]
 

@@ -21,7 +21,7 @@ from langgraph.graph import END, START, MessagesState, StateGraph
 from psycopg.rows import dict_row
 
 from langgraph_deterministic import DeterministicSaver, run_config
-from langgraph_deterministic.checkpointer.contract import _looks_secret
+from langgraph_deterministic.checkpointer._secrets import looks_secret as _looks_secret
 
 
 @pytest.fixture(scope="module")
@@ -362,8 +362,8 @@ def test_prune_leaves_a_thread_that_turns_delta_after_the_check(
 ) -> None:
     """A run saving a DeltaChannel checkpoint between prune's batch check and the
     thread's transaction: the transaction sees it on its snapshot and changes nothing."""
-    from langgraph_deterministic.checkpointer import PruneRefusedError, _core
-    from langgraph_deterministic.checkpointer.saver import _execute
+    from langgraph_deterministic.checkpointer import PruneRefusedError, _batch, _core
+    from langgraph_deterministic.checkpointer._drivers import execute as _execute
 
     plain, turning = str(uuid.uuid4()), str(uuid.uuid4())
     for thread in (plain, turning):
@@ -372,7 +372,7 @@ def test_prune_leaves_a_thread_that_turns_delta_after_the_check(
     before = _namespaces(db, turning)
     batches = 0
 
-    def execute(batch: _core.Batch) -> _core.Results:
+    def execute(batch: _batch.Batch) -> _batch.Results:
         nonlocal batches
         batches += 1
         if batches == 2:  # the batch check has passed: now a run turns the thread delta
@@ -382,7 +382,7 @@ def test_prune_leaves_a_thread_that_turns_delta_after_the_check(
             return _execute(conn, batch)
 
     with pytest.raises(PruneRefusedError, match=f"{turning}.*pruned before it: {plain}"):
-        _core.run(_core.prune([plain, turning], "keep_latest"), execute)
+        _batch.run(_core.prune([plain, turning], "keep_latest"), execute)
     with psycopg.connect(db) as conn:
         counts = {
             t: conn.execute("SELECT count(*) FROM checkpoints WHERE thread_id = %s", (t,))

@@ -12,12 +12,13 @@ import psycopg
 import pytest
 from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 
+from devtools.postgres import create_database, database_name, drop_database
 from langgraph_deterministic import DeterministicSaver
 from langgraph_deterministic.checkpointer import _core
-from langgraph_deterministic.checkpointer._core import Operation
-from langgraph_deterministic.embedded import create_database, database_name, drop_database
+from langgraph_deterministic.checkpointer._batch import Batch, Operation
+from langgraph_deterministic.checkpointer._rows import Codec
 
-CODEC = _core.Codec(JsonPlusSerializer())
+CODEC = Codec(JsonPlusSerializer())
 LONG = "long"  # a thread of 3,000 root checkpoints (+ 300 in subgraph namespaces)
 
 
@@ -63,11 +64,11 @@ def db(pg_server_dsn: str) -> Iterator[str]:
     drop_database(pg_server_dsn, database_name(dsn))
 
 
-def _first_batch(operation: Operation[Any]) -> _core.Batch:
+def _first_batch(operation: Operation[Any]) -> Batch:
     return next(operation)
 
 
-def _explain(dsn: str, batch: _core.Batch, analyze: bool = True) -> dict[str, Any]:
+def _explain(dsn: str, batch: Batch, analyze: bool = True) -> dict[str, Any]:
     """EXPLAIN the batch's last statement after its others, in a transaction rolled back."""
     *before, statement = batch.statements
     opts = "ANALYZE, BUFFERS, FORMAT JSON" if analyze else "FORMAT JSON"
@@ -96,7 +97,7 @@ def _rows_read(plan: dict[str, Any], relation: str) -> int:
     )
 
 
-def _list(config: Any, filter: Any = None, limit: int | None = 10) -> _core.Batch:
+def _list(config: Any, filter: Any = None, limit: int | None = 10) -> Batch:
     return _first_batch(_core.list_checkpoints(CODEC, config, filter, None, limit))
 
 
@@ -169,3 +170,39 @@ def test_delete_for_runs_keeps_blobs_other_checkpoints_still_reference(db: str) 
     assert before - blobs() == {("messages", f"v{g}") for g in range(10, 15)}
     assert ("__start__", "v0") in blobs()
     assert len(left) == 45 and not {f"{g:08d}" for g in range(10, 15)} & set(left)
+
+
+def _sent_by_list(db: str, monkeypatch: pytest.MonkeyPatch, *args: Any, **kwargs: Any) -> Any:
+    """The statements ``saver.list(...)`` really sends (recorded at the sync driver), and
+    what it returned."""
+    from langgraph_deterministic.checkpointer import saver as saver_module
+
+    sent: list[Batch] = []
+    execute = saver_module.execute
+
+    def recording(conn: Any, batch: Batch) -> Any:
+        sent.append(batch)
+        return execute(conn, batch)
+
+    monkeypatch.setattr(saver_module, "execute", recording)
+    with DeterministicSaver(db) as saver:
+        listed = list(saver.list(*args, **kwargs))
+    monkeypatch.undo()
+    return sent, listed
+
+
+@pytest.mark.parametrize(
+    "config", [None, {"configurable": {"thread_id": "thread-7"}}], ids=["global", "thread"]
+)
+def test_the_run_id_filter_list_sends_uses_the_run_id_index(
+    db: str, monkeypatch: pytest.MonkeyPatch, config: Any
+) -> None:
+    """EXPLAIN of the very statement list(filter={"run_id": ...}) sent, not a copy."""
+    sent, listed = _sent_by_list(db, monkeypatch, config, filter={"run_id": "thread-7:run-3"})
+    assert len(listed) == 5 and {t.metadata["run_id"] for t in listed} == {"thread-7:run-3"}
+    (batch,) = sent  # format v4 rows: no pending-sends read
+    plan = _explain(db, batch)
+    nodes = list(_nodes(plan["Plan"]))
+    assert "checkpoints_run_id_idx" in {n.get("Index Name") for n in nodes}, plan
+    assert not [n for n in nodes if n["Node Type"] == "Seq Scan"], plan
+    assert _rows_read(plan, "checkpoints") == 5  # the run's checkpoints, nothing else

@@ -1,4 +1,4 @@
-"""One graph call in its own OS process: ``python _worker.py DSN THREAD RUN [TEXT]``.
+"""One graph call in its own OS process: ``python -m tests.contract._worker DSN THREAD RUN [TEXT]``.
 
 Exit codes: 0 done, 3 ConcurrentRunError, 4 another DeterministicError, 5 ThreadBusyError,
 6 RunUnfinishedError. Env ``LGD_PAUSE_AT`` / ``LGD_RELEASE`` make a node pause (see
@@ -20,14 +20,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-HERE = Path(__file__).resolve().parent
-sys.path[:0] = [str(HERE.parents[1] / "src"), str(HERE.parents[1])]
+from tests.contract.graphs import ask, build_agent, build_chat, build_pipeline
 
-from tests.contract.graphs import ask, build_agent, build_chat, build_pipeline  # noqa: E402
-
-from langgraph_deterministic.checkpointer import DeterministicSaver  # noqa: E402
-from langgraph_deterministic.config import run_config  # noqa: E402
-from langgraph_deterministic.errors import (  # noqa: E402
+from langgraph_deterministic.checkpointer import DeterministicSaver
+from langgraph_deterministic.config import run_config
+from langgraph_deterministic.errors import (
     ConcurrentRunError,
     DeterministicError,
     RunUnfinishedError,

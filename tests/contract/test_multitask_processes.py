@@ -27,7 +27,7 @@ from langgraph_deterministic import (
     run_config,
 )
 
-WORKER = Path(__file__).with_name("_worker.py")
+WORKER = ["-m", "tests.contract._worker"]
 N = 20
 _STARTED: list[subprocess.Popen[str]] = []
 
@@ -50,7 +50,7 @@ def spawn(
         if key not in env:
             full.pop(key, None)
     proc = subprocess.Popen(
-        [sys.executable, str(WORKER), db, thread, run, text],
+        [sys.executable, *WORKER, db, thread, run, text],
         env=full,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,

@@ -18,7 +18,7 @@ from tests.contract.graphs import ask, build_pipeline, effects, wait_for_effect
 from langgraph_deterministic.checkpointer import DeterministicSaver
 from langgraph_deterministic.config import run_config
 
-WORKER = Path(__file__).with_name("_worker.py")
+WORKER = ["-m", "tests.contract._worker"]
 _STARTED: list[subprocess.Popen[str]] = []
 
 
@@ -50,7 +50,7 @@ def start_worker(
     if pause_at:
         env["LGD_PAUSE_AT"] = pause_at
     proc = subprocess.Popen(
-        [sys.executable, str(WORKER), db, thread, run, text],
+        [sys.executable, *WORKER, db, thread, run, text],
         env=env,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,

@@ -423,8 +423,8 @@ def test_contract_adds_no_round_trip_to_writes_or_reads(db: str) -> None:
     """Every saver call a graph run makes is exactly one round trip (one batch), with the
     contract on: the guard statements ride in the write's own pipeline, the start check in
     the head read."""
-    from langgraph_deterministic.checkpointer import _core
-    from langgraph_deterministic.checkpointer.saver import _execute
+    from langgraph_deterministic.checkpointer import _batch
+    from langgraph_deterministic.checkpointer._drivers import execute as _execute
 
     batches: list[str] = []
     calls: Counter[str] = Counter()
@@ -439,7 +439,7 @@ def test_contract_adds_no_round_trip_to_writes_or_reads(db: str) -> None:
                     batches.append("release" if release else "guarded" if guarded else "plain")
                     return _execute(conn, batch)
 
-                return _core.run(operation, execute)
+                return _batch.run(operation, execute)
 
         def get_tuple(self, config: RunnableConfig) -> Any:
             calls["get_tuple"] += 1

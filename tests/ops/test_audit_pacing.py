@@ -11,8 +11,8 @@ import psycopg
 import pytest
 from benchmarks import fault_db
 
+from devtools.postgres import create_database, database_name, drop_database
 from langgraph_deterministic.cli import main
-from langgraph_deterministic.embedded import create_database, database_name, drop_database
 from langgraph_deterministic.ops.audit import AUTO_BUSY_WAL_BYTES_PER_S, Pacer, audit
 
 

@@ -14,9 +14,9 @@ from benchmarks import fault_db
 from langchain_core.messages import HumanMessage, ToolMessage
 from langgraph.checkpoint.postgres import PostgresSaver
 
+from devtools.postgres import create_database, database_name, drop_database
 from langgraph_deterministic import DeterministicSaver, demo
 from langgraph_deterministic.cli import main
-from langgraph_deterministic.embedded import create_database, database_name, drop_database
 from langgraph_deterministic.ops.repair import UNKNOWN_RESULT
 
 

@@ -1,5 +1,5 @@
 """A ``create_agent`` agent with DurableMiddleware in its own OS process:
-``python _agent_worker.py DSN THREAD RUN``.
+``python -m tests.runner._agent_worker DSN THREAD RUN``.
 
 The chat model is a local fake (no network): with no tool result in the conversation it
 asks for three tools at once (parallel tool calls), afterwards it answers. Every model
@@ -18,18 +18,15 @@ import time
 from pathlib import Path
 from typing import Any
 
-HERE = Path(__file__).resolve().parent
-sys.path[:0] = [str(HERE.parents[1] / "src"), str(HERE.parents[1]), str(HERE)]
+from langchain.agents import create_agent
+from langchain_core.language_models.chat_models import BaseChatModel
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
+from langchain_core.outputs import ChatGeneration, ChatResult
+from langchain_core.tools import tool
+from tests.runner._journal_worker import Effects
 
-from _journal_worker import Effects  # noqa: E402
-from langchain.agents import create_agent  # noqa: E402
-from langchain_core.language_models.chat_models import BaseChatModel  # noqa: E402
-from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage  # noqa: E402
-from langchain_core.outputs import ChatGeneration, ChatResult  # noqa: E402
-from langchain_core.tools import tool  # noqa: E402
-
-from langgraph_deterministic import DeterministicSaver, run_config  # noqa: E402
-from langgraph_deterministic.runner import (  # noqa: E402
+from langgraph_deterministic import DeterministicSaver, run_config
+from langgraph_deterministic.runner import (
     DeterministicRunner,
     DurableMiddleware,
     PostgresJournal,

@@ -1,5 +1,5 @@
 """One graph run on PostgresJournal in its own OS process:
-``python _journal_worker.py DSN SHAPE THREAD RUN``.
+``python -m tests.runner._journal_worker DSN SHAPE THREAD RUN``.
 
 Every op function logs ``start:<op>`` / ``done:<op>`` rows to ``journal_effects`` (with
 the server's clock and this process's pid). Env ``LGD_PAUSE_OP=<op>`` makes that op stall
@@ -21,21 +21,18 @@ import time
 from pathlib import Path
 from typing import Annotated, Any
 
-HERE = Path(__file__).resolve().parent
-sys.path[:0] = [str(HERE.parents[1] / "src"), str(HERE.parents[1])]
+import psycopg
+from langgraph.graph import END, START, StateGraph
+from langgraph.types import Send
+from typing_extensions import TypedDict
 
-import psycopg  # noqa: E402
-from langgraph.graph import END, START, StateGraph  # noqa: E402
-from langgraph.types import Send  # noqa: E402
-from typing_extensions import TypedDict  # noqa: E402
-
-from langgraph_deterministic import (  # noqa: E402
+from langgraph_deterministic import (
     ConcurrentRunError,
     DeterministicError,
     DeterministicSaver,
     run_config,
 )
-from langgraph_deterministic.runner import (  # noqa: E402
+from langgraph_deterministic.runner import (
     DeterministicRunner,
     PostgresJournal,
     durable,

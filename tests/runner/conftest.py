@@ -7,15 +7,12 @@ need it skip with the reason, unless LGD_REQUIRE_RESTATE=1 (CI), where that is a
 from __future__ import annotations
 
 import os
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from restate_server import RestateEnv, RestateUnavailable, ensure_binary
+from .restate_server import RestateEnv, RestateUnavailable, ensure_binary
 
 REGIMES = {"forced-replay": True, "no-replay": False}
 

@@ -20,7 +20,7 @@ import pytest
 
 from langgraph_deterministic import DeterministicSaver
 
-WORKER = Path(__file__).with_name("_journal_worker.py")
+WORKER = ["-m", "tests.runner._journal_worker"]
 _STARTED: list[subprocess.Popen[str]] = []
 
 
@@ -59,7 +59,7 @@ def start(
     if go is not None:
         env["LGD_GO"] = str(go)
     proc = subprocess.Popen(
-        [sys.executable, str(WORKER), db, shape, thread, run],
+        [sys.executable, *WORKER, db, shape, thread, run],
         env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
     _STARTED.append(proc)
@@ -211,7 +211,7 @@ def test_two_processes_running_the_same_run_at_once(db: str, tmp_path: Path) -> 
     )
 
 
-AGENT = Path(__file__).with_name("_agent_worker.py")
+AGENT = ["-m", "tests.runner._agent_worker"]
 
 
 def test_create_agent_with_the_middleware_sigkilled_mid_tool(db: str, tmp_path: Path) -> None:
@@ -219,7 +219,7 @@ def test_create_agent_with_the_middleware_sigkilled_mid_tool(db: str, tmp_path: 
     release = tmp_path / "release-agent"
     env = {**os.environ, "LGD_RELEASE": str(release), "LGD_PAUSE_OP": "slow"}
     proc = subprocess.Popen(
-        [sys.executable, str(AGENT), db, thread, "job-1"],
+        [sys.executable, *AGENT, db, thread, "job-1"],
         env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
     _STARTED.append(proc)
@@ -232,7 +232,7 @@ def test_create_agent_with_the_middleware_sigkilled_mid_tool(db: str, tmp_path: 
 
     env.pop("LGD_PAUSE_OP")
     retry = subprocess.Popen(
-        [sys.executable, str(AGENT), db, thread, "job-1"],
+        [sys.executable, *AGENT, db, thread, "job-1"],
         env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
     _STARTED.append(retry)

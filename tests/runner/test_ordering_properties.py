@@ -19,7 +19,6 @@ import operator
 import random
 from typing import Annotated, Any
 
-from fake_journal import Crash, FakeAttempt, FakeJournal, Store
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from langgraph.graph import END, START, StateGraph
@@ -28,6 +27,8 @@ from typing_extensions import TypedDict
 
 from langgraph_deterministic.runner import DeterministicRunner, OpScheduler, durable
 from langgraph_deterministic.runner._context import RunSpec
+
+from .fake_journal import Crash, FakeAttempt, FakeJournal, Store
 
 ATTEMPT_TIMEOUT = 5.0  # bounds a hang; examples take milliseconds
 
@@ -284,7 +285,7 @@ class _ArrivalOrderScheduler(OpScheduler[Any]):
 
 
 def test_the_fake_journal_catches_arrival_order_creation() -> None:
-    from fake_journal import AwaitDuringReplay, JournalMismatch
+    from .fake_journal import AwaitDuringReplay, JournalMismatch
 
     program = [[("ops", 1), ("ops", 1)] for _ in range(4)]
 

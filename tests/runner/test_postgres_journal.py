@@ -492,7 +492,7 @@ def test_nested_ops_and_ops_outside_a_graph_are_refused(saver: DeterministicSave
 
 
 def test_sync_api_needs_a_keyed_journal() -> None:
-    from fake_journal import FakeAttempt, FakeJournal, Store
+    from .fake_journal import FakeAttempt, FakeJournal, Store
 
     runner = DeterministicRunner(journal=FakeJournal(FakeAttempt(Store(), io_ticks=lambda n: 1)))
     with pytest.raises(ConfigurationError, match="keyed journal"):

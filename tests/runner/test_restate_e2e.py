@@ -21,7 +21,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from restate_server import RestateEnv
+
+from .restate_server import RestateEnv
 
 pytestmark = pytest.mark.restate
 
@@ -233,7 +234,7 @@ def test_kill9_mid_invocation_then_restart(
 
 
 def test_example_service_runs_under_forced_replay(restate_envs: Any) -> None:
-    from restate_server import REPO, ServiceProcess, http
+    from .restate_server import REPO, ServiceProcess, http
 
     env: RestateEnv = restate_envs.get("forced-replay")
     example = ServiceProcess(app="examples.restate_parallel_research:app", cwd=REPO)

@@ -17,17 +17,18 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import restate_app
-from restate_server import RestateEnv
-from test_restate_e2e import (
+
+from langgraph_deterministic import DeterministicSaver, run_config
+
+from . import restate_app
+from .restate_server import RestateEnv
+from .test_restate_e2e import (
     INVOCATION_TIMEOUT,
     _wait_for,
     effect_counts,
     invocation_row,
     runs_without_result,
 )
-
-from langgraph_deterministic import DeterministicSaver, run_config
 
 pytestmark = pytest.mark.restate
 

@@ -13,7 +13,6 @@ import operator
 from typing import Annotated, Any
 
 import pytest
-from fake_journal import FakeAttempt, FakeJournal, Store
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.config import get_stream_writer
 from langgraph.graph import END, START, StateGraph
@@ -22,6 +21,9 @@ from typing_extensions import TypedDict
 
 from langgraph_deterministic.errors import DeterministicError, IncompatibleLangGraphError
 from langgraph_deterministic.runner import DeterministicRunner, NondeterminismError, durable
+from langgraph_deterministic.runner._runner import check_langgraph
+
+from .fake_journal import FakeAttempt, FakeJournal, Store
 
 
 class S(TypedDict, total=False):
@@ -211,8 +213,12 @@ def test_incompatible_langgraph_is_refused(monkeypatch: pytest.MonkeyPatch) -> N
         return "1.3.0" if name == "langgraph" else real(name)
 
     monkeypatch.setattr(importlib.metadata, "version", fake_version)
-    with pytest.raises(IncompatibleLangGraphError, match=r"langgraph>=1\.2,<1\.3"):
-        DeterministicRunner(journal=FakeJournal(FakeAttempt(Store(), io_ticks=lambda _n: 0)))
+    check_langgraph.cache_clear()  # checked once per process: forget the real version's pass
+    try:
+        with pytest.raises(IncompatibleLangGraphError, match=r"langgraph>=1\.2,<1\.3"):
+            DeterministicRunner(journal=FakeJournal(FakeAttempt(Store(), io_ticks=lambda _n: 0)))
+    finally:
+        check_langgraph.cache_clear()
 
 
 async def test_runs_cannot_nest() -> None:
@@ -303,3 +309,30 @@ async def test_durable_sync_is_refused_on_an_ordered_journal() -> None:
 
     with pytest.raises(ConfigurationError, match="ordered journal"):
         await runner_on(Store()).ainvoke(parallel({"a": node, "b": other}).compile(), {})
+
+
+async def test_submit_scope_honours_reraise_on_exit() -> None:
+    """LangGraph's executor re-raises, when its loop exits cleanly, the first error of a
+    task submitted with ``__reraise_on_exit__=True`` (not of one submitted with False, nor
+    an interrupt); the runner's submit scope does the same at the end of a run."""
+    from langgraph.errors import GraphInterrupt
+
+    from langgraph_deterministic.runner._runner import _SubmitScope
+
+    async def fails(message: str) -> None:
+        raise ValueError(message)
+
+    async def interrupted() -> None:
+        raise GraphInterrupt(())
+
+    scope = _SubmitScope("run")
+    quiet = scope.submit(fails, "quiet", __reraise_on_exit__=False)
+    bubble = scope.submit(interrupted)
+    loud = scope.submit(fails, "loud")
+    await asyncio.gather(quiet, bubble, loud, return_exceptions=True)
+    with pytest.raises(ValueError, match="loud"):
+        scope.reraise()
+
+    clean = _SubmitScope("run")
+    await asyncio.gather(clean.submit(fails, "x", __reraise_on_exit__=False), return_exceptions=True)
+    clean.reraise()  # nothing to re-raise

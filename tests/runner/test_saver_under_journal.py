@@ -15,12 +15,13 @@ from typing import Any
 
 import psycopg
 import pytest
-import restate_app
-from fake_journal import Crash, FakeAttempt, FakeJournal, Store
 
 from langgraph_deterministic import DeterministicSaver, ThreadBusyError, run_config
 from langgraph_deterministic.runner import DeterministicRunner
 from langgraph_deterministic.runner._checkpointer import COMMIT_OP, START_OP
+
+from . import restate_app
+from .fake_journal import Crash, FakeAttempt, FakeJournal, Store
 
 TURNS: list[dict[str, Any]] = [
     {"turn": 1, "topic": "tides"},

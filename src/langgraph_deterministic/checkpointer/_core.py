@@ -1,27 +1,24 @@
-"""The sans-I/O core of DeterministicSaver: what to send to Postgres and what the rows mean.
+"""The sans-I/O core of DeterministicSaver: every saver operation, written once.
 
-Every saver operation is written once, here, as a generator. It yields a :class:`Batch`
-of statements, receives one result per statement (a list of rows, or ``None``), and
-finally returns the operation's value. The sync and async drivers in ``saver.py`` only
-execute batches; they hold no logic of their own, so the two APIs cannot drift apart.
+Each operation is a generator speaking the batch protocol of ``_batch``: it yields the
+statements to send and gets their rows back; the drivers (``_drivers``, run by
+``saver.py``) only execute batches, so the sync and async APIs cannot drift apart.
 
-A batch is sent in one pipeline sync (one network round trip) and, when it writes,
-inside one transaction: a write either lands whole or not at all.
+The operations are plain storage in the peer's shape (langgraph-checkpoint-postgres's
+tables and rows, mapped by ``_rows``) plus the hooks the retry contract plugs into: every
+write asks its :class:`~.contract.RunContract` for the stored metadata and the parameters
+of its fencing statement, and a graph run's load asks it whether the run may start
+(``_start_graph_run``). A ``RunContract("off")`` makes them the peer's storage.
 """
 
 from __future__ import annotations
 
 import hashlib
-import random
 import secrets
-from collections.abc import Awaitable, Callable, Generator, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Mapping, Sequence
 from functools import cache
-from importlib import resources
-from typing import Any, Literal, TypeVar, cast
+from typing import Any, cast
 
-import psycopg
-import psycopg.errors
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import (
     WRITES_IDX_MAP,
@@ -34,10 +31,12 @@ from langgraph.checkpoint.base import (
     get_checkpoint_id,
     writes_sort_key,
 )
-from langgraph.checkpoint.serde.base import SerializerProtocol
-from langgraph.checkpoint.serde.types import TASKS, _DeltaSnapshot
 from psycopg.types.json import Jsonb
 
+from langgraph_deterministic._compat.langgraph import TASKS, DeltaSnapshot
+from langgraph_deterministic.checkpointer._batch import Batch, Operation, Statement
+from langgraph_deterministic.checkpointer._queries import queries
+from langgraph_deterministic.checkpointer._rows import Codec, config_for, load_tuple, next_version
 from langgraph_deterministic.checkpointer.contract import (
     ATTEMPT_KEY,
     BRANCH_KEY,
@@ -56,198 +55,13 @@ from langgraph_deterministic.checkpointer.contract import (
 )
 from langgraph_deterministic.errors import (
     ConfigurationError,
-    DatabaseUnavailableError,
     DeterministicError,
-    SchemaNotReadyError,
-    SerializationError,
+    PruneArgumentError,
+    PruneRefusedError,
 )
-
-T = TypeVar("T")
 
 # Storage without the retry contract (policy "off"): what the peer does, minus secrets.
 _NO_CONTRACT = RunContract("off")
-
-Isolation = Literal["read committed", "repeatable read", "serializable"]
-
-
-@dataclass(frozen=True, slots=True)
-class Statement:
-    """One SQL statement. ``many`` runs it once per parameter tuple (executemany)."""
-
-    sql: str
-    params: Sequence[Any] | Mapping[str, Any] | None = None
-    fetch: bool = False
-    many: bool = False
-    # Prepared statements pay off for the hot, fixed-shape queries; statements whose
-    # plan depends on array sizes (prune, delete_for_runs) are planned afresh each time.
-    prepare: bool | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class Batch:
-    """Statements sent together. ``atomic`` wraps them in one transaction."""
-
-    statements: tuple[Statement, ...]
-    atomic: bool = False
-    isolation: Isolation | None = None
-    # Statements such as CREATE INDEX CONCURRENTLY refuse to run in a transaction, and
-    # in pipeline mode psycopg would wrap them in one: they are run one by one instead.
-    pipeline: bool = True
-    # (channel, seconds): no statement; wait up to ``seconds`` for a NOTIFY on ``channel``
-    # (the operation LISTENed on this connection before). Returns no results.
-    wait: tuple[str, float] | None = None
-
-    @classmethod
-    def read(cls, sql: str, params: Any = None) -> Batch:
-        return cls((Statement(sql, params, fetch=True),))
-
-    @classmethod
-    def write(cls, *statements: Statement, isolation: Isolation | None = None) -> Batch:
-        return cls(tuple(statements), atomic=True, isolation=isolation)
-
-
-Results = list[list[tuple[Any, ...]] | None]
-Operation = Generator[Batch, Results, T]
-
-
-@cache
-def queries() -> dict[str, str]:
-    """The named blocks of ``sql/queries.sql`` (``-- name: key``)."""
-    text = resources.files(__package__).joinpath("sql/queries.sql").read_text("utf-8")
-    blocks: dict[str, str] = {}
-    name: str | None = None
-    lines: list[str] = []
-    for line in text.splitlines():
-        if line.startswith("-- name:"):
-            if name:
-                blocks[name] = "\n".join(lines).strip()
-            name, lines = line.split(":", 1)[1].strip(), []
-        elif name is not None and not line.lstrip().startswith("--"):
-            lines.append(line)
-    if name:
-        blocks[name] = "\n".join(lines).strip()
-    return blocks
-
-
-# SQLSTATE classes of a failure to reach or log in to the server. Other operational errors
-# (deadlocks, serialization failures, cancellations) are not about reachability and keep
-# their own type, so callers can retry them.
-_CONNECTION_SQLSTATES = ("08", "28", "3D000", "57P01", "57P02", "57P03")
-
-
-def _is_connection_failure(exc: psycopg.OperationalError) -> bool:
-    state = exc.sqlstate
-    return state is None or state.startswith(_CONNECTION_SQLSTATES)
-
-
-def translate_error(exc: BaseException) -> BaseException:
-    """Map a psycopg error to ours where we can name the fix; else return it unchanged."""
-    if isinstance(exc, DeterministicError):
-        return exc
-    if isinstance(exc, psycopg.errors.UndefinedTable | psycopg.errors.UndefinedColumn):
-        return SchemaNotReadyError(
-            f"The checkpoint tables are missing or out of date ({exc.diag.message_primary}). "
-            "Run `saver.setup()` (or `await saver.asetup()`, or the CLI "
-            "`langgraph-deterministic migrate`) once against this database before use."
-        )
-    if isinstance(exc, psycopg.OperationalError) and _is_connection_failure(exc):
-        # The server's (or the pooler's) own reason is in the message: keep it whole.
-        reason = str(exc).strip()
-        if "authentication failed" in reason or (exc.sqlstate or "").startswith("28"):
-            return DatabaseUnavailableError(
-                f"Postgres refused the login: {reason}. Check the user and password in the "
-                "DSN (and the pooler's userlist, behind PgBouncer)."
-            )
-        return DatabaseUnavailableError(
-            f"Could not reach Postgres: {reason}. Check that the server is "
-            "running and that the DSN (host, port, user, password, dbname) is right."
-        )
-    if isinstance(exc, psycopg.ProgrammingError) and "conninfo" in str(exc).lower():
-        return ConfigurationError(
-            f"The connection string is not valid: {exc}. Pass a libpq URI such as "
-            "'postgresql://user:password@host:5432/dbname' or a 'key=value' string."
-        )
-    return exc
-
-
-# --- row mapping ------------------------------------------------------------------
-
-
-@dataclass(slots=True)
-class Codec:
-    """(De)serialisation of channel values and writes, with errors that name the culprit."""
-
-    serde: SerializerProtocol
-    _loads: Any = field(init=False)
-
-    def __post_init__(self) -> None:
-        self._loads = self.serde.loads_typed
-
-    def dumps(self, what: str, value: Any) -> tuple[str, bytes]:
-        try:
-            return self.serde.dumps_typed(value)
-        except Exception as exc:  # the serde raises TypeError, msgpack errors, ...
-            raise SerializationError(
-                f"Cannot serialise {what} (a {type(value).__name__}): {exc}. Keep graph "
-                "state to JSON-like data, dataclasses, pydantic models and LangChain "
-                "messages, or pass a serde that handles this type "
-                "(e.g. JsonPlusSerializer(pickle_fallback=True)). Nothing was written."
-            ) from exc
-
-    def loads(self, type_: str, blob: bytes | None) -> Any:
-        return self._loads((type_, blob if blob is not None else b""))
-
-
-def config_for(thread_id: str, checkpoint_ns: str, checkpoint_id: str) -> RunnableConfig:
-    return {
-        "configurable": {
-            "thread_id": thread_id,
-            "checkpoint_ns": checkpoint_ns,
-            "checkpoint_id": checkpoint_id,
-        }
-    }
-
-
-def load_tuple(codec: Codec, row: Sequence[Any]) -> CheckpointTuple:
-    """A ``select_checkpoint`` row to a CheckpointTuple."""
-    (thread_id, ns, checkpoint_id, parent_id, checkpoint, metadata,
-     b_channels, b_types, b_blobs,
-     task_ids, w_channels, w_types, w_blobs, task_paths, idxs) = row  # fmt: skip
-    values = dict(checkpoint.get("channel_values") or {})
-    if b_channels:
-        for channel, type_, blob in zip(b_channels, b_types, b_blobs, strict=True):
-            if type_ != "empty":
-                values[channel] = codec.loads(type_, blob)
-    writes: list[PendingWrite] = []
-    if task_ids:
-        order = sorted(
-            range(len(task_ids)),
-            key=lambda i: writes_sort_key(task_paths[i], task_ids[i], idxs[i]),
-        )
-        writes = [(task_ids[i], w_channels[i], codec.loads(w_types[i], w_blobs[i])) for i in order]
-    return CheckpointTuple(
-        config=config_for(thread_id, ns, checkpoint_id),
-        checkpoint=cast(Checkpoint, {**checkpoint, "channel_values": values}),
-        metadata=metadata,
-        parent_config=config_for(thread_id, ns, parent_id) if parent_id else None,
-        pending_writes=writes,
-    )
-
-
-def next_version(current: str | int | None) -> str:
-    """Channel versions sort as strings: a zero-padded counter, then a random tiebreak.
-
-    The format is langgraph-checkpoint-postgres's, so either saver can continue a thread
-    the other wrote.
-    """
-    if current is None:
-        counter = 0
-    elif isinstance(current, int):
-        counter = current
-    else:
-        counter = int(current.split(".", 1)[0])
-    return f"{counter + 1:032}.{random.random():016}"
-
 
 # --- operations -------------------------------------------------------------------
 
@@ -303,14 +117,18 @@ def _with_pending_sends(codec: Codec, rows: list[tuple[Any, ...]]) -> Operation[
         return
     (sends,) = yield Batch.read(
         queries()["pending_sends"],
-        {"thread_id": old[0][0], "checkpoint_ids": [r[3] for r in old]},
+        {
+            "thread_ids": [r[0] for r in old],
+            "checkpoint_ns": [r[1] for r in old],
+            "checkpoint_ids": [r[3] for r in old],
+        },
     )
-    by_parent = {s[0]: s for s in sends or ()}
+    by_parent = {(s[0], s[1], s[2]): s for s in sends or ()}
     for row in old:
-        if (found := by_parent.get(row[3])) is None:
+        if (found := by_parent.get((row[0], row[1], row[3]))) is None:
             continue
         checkpoint = row[4]
-        packets = [codec.loads(t, b) for t, b in zip(found[1], found[2], strict=True)]
+        packets = [codec.loads(t, b) for t, b in zip(found[3], found[4], strict=True)]
         type_, blob = codec.dumps("pending sends", packets)
         versions = checkpoint.setdefault("channel_versions", {})
         versions[TASKS] = max(versions.values()) if versions else next_version(None)
@@ -652,7 +470,7 @@ def put(
     for channel, value in checkpoint["channel_values"].items():
         if value is None or isinstance(value, str | int | float | bool):
             continue
-        if isinstance(value, _DeltaSnapshot):
+        if isinstance(value, DeltaSnapshot):
             inline[channel] = True  # marker: the snapshot's value is in the blob
         else:
             del inline[channel]
@@ -824,14 +642,6 @@ def copy_thread(source: str, target: str) -> Operation[None]:
     yield Batch.write(
         Statement(queries()["copy_thread"], {"source": str(source), "target": str(target)})
     )
-
-
-class PruneRefusedError(DeterministicError, NotImplementedError):
-    """keep_latest would lose state that a DeltaChannel rebuilds from older checkpoints."""
-
-
-class PruneArgumentError(ConfigurationError, TypeError):
-    """prune() got one thread id string (a TypeError, as PostgresSaver raises)."""
 
 
 PRUNE_STRATEGIES = ("keep_latest", "delete")
@@ -1017,36 +827,3 @@ def put_batch(
     return None
 
 
-def run(operation: Operation[T], execute: Callable[[Batch], Results]) -> T:
-    """Drive ``operation`` with a synchronous ``execute(batch) -> results``.
-
-    A failed or interrupted batch (an error, Ctrl-C, a cancelled task: psycopg cancels
-    the query and leaves the connection usable) is thrown into the operation, so it can
-    clean up (release a lock) with one more batch before the error propagates.
-    """
-    try:
-        batch = next(operation)
-        while True:
-            try:
-                results = execute(batch)
-            except BaseException as exc:  # also KeyboardInterrupt: the operation cleans up
-                batch = operation.throw(exc)
-            else:
-                batch = operation.send(results)
-    except StopIteration as stop:
-        return stop.value  # type: ignore[no-any-return]
-
-
-async def arun(operation: Operation[T], execute: Callable[[Batch], Awaitable[Results]]) -> T:
-    """:func:`run` for an async ``execute``."""
-    try:
-        batch = next(operation)
-        while True:
-            try:
-                results = await execute(batch)
-            except BaseException as exc:  # also CancelledError: the operation cleans up
-                batch = operation.throw(exc)
-            else:
-                batch = operation.send(results)
-    except StopIteration as stop:
-        return stop.value  # type: ignore[no-any-return]

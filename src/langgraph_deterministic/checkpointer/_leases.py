@@ -23,6 +23,7 @@ from collections.abc import Awaitable, Callable
 from langchain_core.runnables import RunnableConfig
 
 from langgraph_deterministic.checkpointer import _core
+from langgraph_deterministic.checkpointer._batch import Operation
 from langgraph_deterministic.checkpointer.contract import HeldLease, find_recorder
 
 logger = logging.getLogger("langgraph_deterministic")
@@ -33,8 +34,8 @@ class LeaseKeeper:
 
     def __init__(
         self,
-        run: Callable[[_core.Operation[None]], None],
-        arun: Callable[[_core.Operation[None]], Awaitable[None]],
+        run: Callable[[Operation[None]], None],
+        arun: Callable[[Operation[None]], Awaitable[None]],
         ttl: Callable[[], float],
     ) -> None:
         self._run, self._arun, self._ttl = run, arun, ttl

@@ -36,6 +36,7 @@ import random
 import re
 import time
 from collections.abc import Callable, Iterator, Sequence
+from contextlib import suppress
 from dataclasses import dataclass
 from functools import cache
 from importlib import resources
@@ -43,7 +44,7 @@ from typing import Literal
 
 import psycopg.errors
 
-from langgraph_deterministic.checkpointer._core import Batch, Operation, Statement
+from langgraph_deterministic.checkpointer._batch import Batch, Operation, Statement
 from langgraph_deterministic.errors import (
     ConfigurationError,
     MigrationError,
@@ -175,10 +176,6 @@ def discover() -> tuple[Migration, ...]:
     if len(set(versions)) != len(versions):
         raise RuntimeError(f"duplicate migration numbers in {versions}")  # a packaging bug
     return tuple(found)
-
-
-def latest_version() -> int:
-    return discover()[-1].version
 
 
 def _single(
@@ -400,3 +397,93 @@ def _index_state(index: str) -> Operation[bool | None]:
     (rows,) = yield _single(_INDEX_STATE_SQL, (index,), fetch=True)
     return bool(rows[0][0]) if rows else None
 
+
+# --- the advisory lock around the migrations ---------------------------------------
+
+# A pooler (PgBouncer, RDS Proxy, Supavisor) answers the startup with a backend pid of its
+# own: a pid the server does not confirm means the connection is not direct.
+BACKEND_PID_SQL = "SELECT pg_backend_pid()"
+
+
+def direct_only(
+    phase: Phase, client_pid: int, locked: Operation[list[str]]
+) -> Operation[list[str]]:
+    """Run ``locked`` (the migrations under the advisory lock) on a direct connection only.
+
+    The lock is per session. Behind a transaction-pooling proxy (PgBouncer, RDS Proxy,
+    Supavisor) consecutive statements of one client run on different server sessions: the
+    lock would be taken on one, left there for another client to inherit (which would then
+    migrate concurrently), and never released. Such a proxy answers the startup with a
+    backend pid of its own, so a pid the server does not confirm means "not direct". Then
+    setup only checks that nothing is pending, and otherwise refuses before any lock.
+    """
+    (rows,) = yield _single(BACKEND_PID_SQL, fetch=True)
+    if rows and rows[0][0] == client_pid:
+        return (yield from locked)
+    locked.close()  # never started: it took no lock
+    if phase not in ("pre", "post", "all"):
+        raise ConfigurationError(f"Unknown migration phase {phase!r}; use 'pre', 'post' or 'all'.")
+    done = yield from applied_versions()
+    pending = [
+        label(m)
+        for m in discover()
+        if m.version not in done and phase in ("all", m.phase)
+    ]
+    if not pending:
+        return []
+    raise ConfigurationError(
+        "setup() cannot migrate through a connection pooler (PgBouncer, RDS Proxy, "
+        "Supavisor...): this connection's backend pid is not the server's, and migrations "
+        "hold a session-level lock that transaction pooling would leave on a server "
+        f"connection other clients reuse. Pending: {', '.join(pending)}. Run the migrations "
+        "once over a direct connection to Postgres (e.g. `langgraph-deterministic migrate "
+        "--dsn <direct DSN>`, or DeterministicSaver(direct_dsn).setup()); then setup() "
+        "through the pooler succeeds. Nothing was changed."
+    )
+
+
+def named(operation: Operation[list[Migration]]) -> Operation[list[str]]:
+    return [label(m) for m in (yield from operation)]
+
+
+def locked(
+    operation: Operation[list[Migration]], policy: LockPolicy
+) -> Operation[list[str]]:
+    """Hold the migrations' advisory lock, with the session's lock_timeout set to the
+    policy's, around ``operation``. Both are per session, so both are put back on the
+    same connection however the operation ends: an error, a cancelled task, Ctrl-C (the
+    driver throws those in here too). A pooled connection goes back to its pool as it
+    came; a session that died (pg_terminate_backend, a lost network) took both with it."""
+    key = (ADVISORY_LOCK_KEY,)
+
+    def single(sql: str, params: Sequence[object] | None = None) -> Batch:
+        return _single(sql, params, fetch=True)
+
+    (saved,) = yield single(GET_LOCK_TIMEOUT_SQL)
+    previous = saved[0][0] if saved else "0"
+    for _ in range(LOCK_WAIT_POLLS):
+        (rows,) = yield single(TRY_LOCK_SQL, key)
+        if rows and rows[0][0]:
+            break
+        yield single(LOCK_POLL_SQL)
+    else:
+        raise ConfigurationError(
+            "Another process has been applying migrations for 5 minutes (it holds the "
+            "advisory lock). Wait for it, or look for a stuck `langgraph-deterministic "
+            "migrate` / setup() in pg_stat_activity."
+        )
+    release = single(
+        "SELECT set_config('lock_timeout', %s, false), pg_advisory_unlock(%s)",
+        (previous, *key),
+    )
+    try:
+        yield single(SET_LOCK_TIMEOUT_SQL, (policy.timeout_setting,))
+        applied = yield from operation
+    except GeneratorExit:
+        raise
+    except BaseException:
+        with suppress(Exception):  # if the session is gone, its lock went with it
+            yield release
+        raise
+    yield release
+    return [label(m) for m in applied]

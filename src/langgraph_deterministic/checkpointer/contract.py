@@ -25,28 +25,24 @@ Fencing itself needs the database's view of the thread at commit time, so the fi
 word belongs to Postgres: ``lgd_guard_put`` claims the one child slot of the parent
 checkpoint (a unique key), so two attempts can never both extend the same checkpoint;
 ``lgd_guard_writes`` refuses pending writes to a checkpoint another attempt has already
-moved past. :func:`translate_guard_error` maps their SQLSTATEs to our errors.
+moved past. :func:`~._sqlstate.translate_guard_error` maps their SQLSTATEs to our errors.
+
+This module holds the decisions (:class:`RunContract`, :class:`CallInfo`); its parts live
+beside it: the config keys (``_keys``), run-id parsing (``_run_ids``), input fingerprints
+(``_fingerprint``), the input recorder callback (``_recorder``), the secrets filter
+(``_secrets``), the ledger rows (``_ledger``) and the SQLSTATEs (``_sqlstate``). The
+names below are re-exported here, the module's public path.
 """
 
 from __future__ import annotations
 
 import contextlib
-import contextvars
-import dataclasses
-import datetime as _dt
-import decimal
-import enum
-import hashlib
-import json
 import logging
-import re
 import threading
-import uuid
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, Literal, get_args
+from typing import Any, Literal
 
-from langchain_core.callbacks import BaseCallbackHandler
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import (
     EXCLUDED_METADATA_KEYS,
@@ -54,10 +50,45 @@ from langgraph.checkpoint.base import (
     CheckpointTuple,
 )
 
+from langgraph_deterministic._compat.langgraph import INTERRUPT, NULL_TASK_ID
+from langgraph_deterministic.checkpointer._fingerprint import (
+    fingerprint_kind,
+    input_fingerprint,
+    input_kind,
+)
+from langgraph_deterministic.checkpointer._keys import (
+    ATTEMPT_KEY,
+    BRANCH_KEY,
+    BRANCHING,
+    FINGERPRINT_KEY,
+    GRAPH_RUN_MARKER,
+    MULTITASK_KEY,
+    RUN_ID_KEY,
+    STRATEGIES,
+    InputKind,
+    MultitaskStrategy,
+    Policy,
+    check_strategy,
+)
+from langgraph_deterministic.checkpointer._ledger import (
+    Admission,
+    HeldLease,
+    Lease,
+    LedgerRow,
+    RunRecord,
+)
+from langgraph_deterministic.checkpointer._recorder import RunInputRecorder, find_recorder
+from langgraph_deterministic.checkpointer._run_ids import run_id_of
+from langgraph_deterministic.checkpointer._secrets import DEFAULT_METADATA_KEYS, looks_secret
+from langgraph_deterministic.checkpointer._sqlstate import (
+    SQLSTATE_CHILD_TAKEN,
+    SQLSTATE_CLOCK_BEHIND,
+    SQLSTATE_COMMAND_REPLAY,
+    SQLSTATE_LEASED,
+    SQLSTATE_STALE_WRITE,
+    translate_guard_error,
+)
 from langgraph_deterministic.errors import (
-    ConcurrentRunError,
-    ConfigurationError,
-    DeterministicError,
     RunIdRequiredError,
     RunInputMismatchError,
     RunSupersededError,
@@ -66,287 +97,6 @@ from langgraph_deterministic.errors import (
 )
 
 logger = logging.getLogger("langgraph_deterministic")
-
-Policy = Literal["require", "warn", "off"]
-#: What a graph run does when another run holds its thread, or the previous run stopped
-#: unfinished (LangGraph Platform's names).
-MultitaskStrategy = Literal["reject", "enqueue", "interrupt", "rollback"]
-STRATEGIES: tuple[str, ...] = get_args(MultitaskStrategy)
-InputKind = Literal["input", "command", "none"]
-
-#: Metadata key of the run id (LangGraph's own: ``PregelLoop._first`` compares it).
-RUN_ID_KEY = "run_id"
-#: Metadata key under which the input fingerprint of a run is stored.
-FINGERPRINT_KEY = "input_fingerprint"
-#: Configurable key the saver hands to a graph run through ``get_tuple``; LangGraph copies
-#: it into the config of every write of that run attempt (never into stored metadata).
-ATTEMPT_KEY = "__lgd_attempt"
-#: Present in the configurable of every config a running graph passes to its saver.
-GRAPH_RUN_MARKER = "__pregel_runtime"
-#: Configurable key of a per-call multitask strategy (set by run_config).
-MULTITASK_KEY = "__lgd_multitask_strategy"
-#: Configurable key ``get_tuple`` hands a graph run addressed at a past checkpoint: the
-#: checkpoint it branches from on purpose (LangGraph copies it into the run's writes).
-BRANCH_KEY = "__lgd_branch"
-#: The branch a root graph run loaded in this context: (thread, run id, branch point,
-#: whether LangGraph's superseded probe is still to come: see _core._note_branch).
-#: LangGraph hands its subgraphs neither the root's loaded config nor our keys in it, but
-#: runs their tasks in copies of this context, so a subgraph of a branching run learns it
-#: here (for the same thread and run id only: the value outlives the call).
-BRANCHING: contextvars.ContextVar[tuple[str, str | None, str, bool] | None] = (
-    contextvars.ContextVar("lgd_branching", default=None)
-)
-NULL_TASK_ID = "00000000-0000-0000-0000-000000000000"
-INTERRUPT = "__interrupt__"
-TASKS = "__pregel_tasks"
-
-#: Configurable keys copied into stored checkpoint metadata unless told otherwise.
-#: LangGraph copies every str/int/float/bool configurable value (API keys included);
-#: we copy only these. ``config["metadata"]`` (what you chose to attach) is still kept,
-#: except keys whose names look like secrets.
-DEFAULT_METADATA_KEYS: frozenset[str] = frozenset({"run_id", "assistant_id", "graph_id"})
-# A metadata key is secret-looking when it contains one of these (so `apikey`, `x-api-key`,
-# `AuthorizationHeader` and `bearer_token` are caught, at the price of a `monkey`)...
-_SECRET_SUBSTRINGS = (
-    "key", "token", "secret", "passw", "passphrase", "auth", "bearer", "credential",
-    "cookie", "private", "signature", "jwt", "session",
-)  # fmt: skip
-# ...or has one of these short words as a word of its own (`db_pwd`, `userPass`, `creds`).
-_SECRET_WORDS = frozenset({"pwd", "pw", "pass", "pin", "otp", "cred", "creds", "dsn", "sig"})
-_WORD = re.compile(r"[A-Z]?[a-z]+|[A-Z]+(?![a-z])|[0-9]+")
-# A value that is a credential whatever its key: an Authorization header, a JWT, a URL or
-# DSN carrying a password, or a well-known API key shape.
-_SECRET_VALUE = re.compile(
-    r"^\s*(bearer|basic|token|digest)\s+\S"
-    r"|^eyJ[\w-]*\.[\w-]+\.[\w-]*$"
-    r"|://[^/\s:@]*:[^/\s@]+@"
-    r"|\bpassword\s*="
-    r"|^(sk|rk|pk)[-_](live[-_]|test[-_]|proj[-_]|ant[-_])?[A-Za-z0-9_-]{16,}"
-    r"|^(ghp|gho|ghs|ghu|github_pat|glpat|xox[abposr])[-_][A-Za-z0-9_-]{10,}"
-    r"|^(AKIA|ASIA)[0-9A-Z]{16}$|^AIza[0-9A-Za-z_-]{30,}$",
-    re.IGNORECASE,
-)
-
-# SQLSTATEs raised by the guard functions of migration 0004.
-SQLSTATE_CHILD_TAKEN = "LG409"
-SQLSTATE_STALE_WRITE = "LG410"
-SQLSTATE_CLOCK_BEHIND = "LG411"
-SQLSTATE_COMMAND_REPLAY = "LG412"
-SQLSTATE_LEASED = "LG413"
-
-
-def check_strategy(value: Any) -> MultitaskStrategy:
-    if value not in STRATEGIES:
-        raise ConfigurationError(
-            f"multitask_strategy must be one of {', '.join(map(repr, STRATEGIES))}, not {value!r}."
-        )
-    return value  # type: ignore[no-any-return]
-
-
-# --- input fingerprints -----------------------------------------------------------------
-
-
-def _canonical(value: Any, depth: int = 0) -> Any:
-    """A JSON-able form of ``value`` that is equal for equal inputs, whatever dict order,
-    object identity or message ids LangGraph assigned in place."""
-    if depth > 64:
-        raise ValueError("input nested deeper than 64 levels")
-    d = depth + 1
-    if value is None or isinstance(value, bool | int | str):
-        return value
-    if isinstance(value, float):
-        return {"f": repr(value)}
-    if isinstance(value, bytes | bytearray | memoryview):
-        return {"b": bytes(value).hex()}
-    if isinstance(value, uuid.UUID):
-        return {"u": str(value)}
-    if isinstance(value, _dt.datetime | _dt.date | _dt.time):
-        return {"t": value.isoformat()}
-    if isinstance(value, decimal.Decimal):
-        return {"d": str(value)}
-    if isinstance(value, enum.Enum):
-        return {"e": type(value).__qualname__, "v": _canonical(value.value, d)}
-    if isinstance(value, Mapping):
-        items = sorted(
-            (
-                (json.dumps(_canonical(k, d), sort_keys=True), _canonical(v, d))
-                for k, v in value.items()
-            ),
-            key=lambda kv: kv[0],
-        )
-        return {"m": items}
-    if isinstance(value, list | tuple):
-        return [_canonical(v, d) for v in value]
-    if isinstance(value, set | frozenset):
-        return {"s": sorted(json.dumps(_canonical(v, d), sort_keys=True) for v in value)}
-    # LangGraph objects and LangChain messages.
-    from langchain_core.messages import BaseMessage
-    from langgraph.types import Command, Send
-
-    if isinstance(value, BaseMessage):
-        # The id is left out: LangGraph gives input messages ids in place, so the same
-        # message object passed again on a retry in one process would otherwise differ.
-        dumped = value.model_dump()
-        dumped.pop("id", None)
-        return {"msg": type(value).__name__, "v": _canonical(dumped, d)}
-    if isinstance(value, Command):
-        return {
-            "cmd": _canonical(
-                {
-                    "graph": value.graph,
-                    "update": value.update,
-                    "resume": value.resume,
-                    "goto": value.goto,
-                },
-                d,
-            )
-        }
-    if isinstance(value, Send):
-        return {"send": value.node, "arg": _canonical(value.arg, d)}
-    model_dump = getattr(value, "model_dump", None)
-    if callable(model_dump):  # pydantic v2
-        return {"model": type(value).__qualname__, "v": _canonical(model_dump(), d)}
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        fields = {f.name: getattr(value, f.name) for f in dataclasses.fields(value)}
-        return {"dc": type(value).__qualname__, "v": _canonical(fields, d)}
-    raise TypeError(f"cannot fingerprint a {type(value).__qualname__}")
-
-
-def input_kind(value: Any) -> InputKind:
-    from langgraph.types import Command
-
-    if value is None:
-        return "none"
-    return "command" if isinstance(value, Command) else "input"
-
-
-def input_fingerprint(value: Any) -> str:
-    """``"<kind>:<sha256 prefix>"`` of a graph input; equal for equal inputs.
-
-    ``kind`` is ``input``, ``command`` (a ``Command``: resume, update, goto) or ``none``.
-    Raises ``TypeError`` for a value it cannot fingerprint (an arbitrary object).
-    """
-    canon = json.dumps(_canonical(value), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-    digest = hashlib.sha256(canon.encode("utf-8")).hexdigest()[:32]
-    return f"{input_kind(value)}:{digest}"
-
-
-def fingerprint_kind(fingerprint: str | None) -> InputKind | None:
-    if not fingerprint:
-        return None
-    kind = fingerprint.split(":", 1)[0]
-    return kind if kind in ("input", "command", "none") else None  # type: ignore[return-value]
-
-
-class RunInputRecorder(BaseCallbackHandler):
-    """Records the input of the graph call made with a ``run_config`` config.
-
-    LangGraph reports the input to the root callback (``on_chain_start``) right before it
-    loads the thread's checkpoint, in the same thread or task; the saver reads the
-    fingerprint from this handler in that ``get_tuple`` and can refuse a mismatched or
-    duplicated input before a single node runs. It stores nothing and sends nothing.
-    """
-
-    run_inline = True
-    raise_error = False
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.fingerprint: str | None = None
-        #: the lease this call's graph run was admitted with (set by the saver's core)
-        self.held: HeldLease | None = None
-        self._release: Callable[[str], Any] | None = None
-
-    def bind_release(
-        self, release: Callable[[str], Any] | Callable[[str], Awaitable[Any]], *, is_async: bool
-    ) -> None:
-        """Have ``release("ok" | "error")`` called when the graph call returns or raises.
-
-        LangGraph reports the root chain's end to its callbacks before ``invoke`` /
-        ``ainvoke`` returns, so the thread is free by the time the caller sees the
-        result. For an async run the hooks are coroutines (LangChain awaits them on the
-        event loop); for a sync run, plain calls.
-        """
-        self._release = release
-        if is_async:
-            self.on_chain_end = self._aend  # type: ignore[method-assign]
-            self.on_chain_error = self._aerror  # type: ignore[method-assign]
-        else:
-            self.on_chain_end = self._end  # type: ignore[method-assign]
-            self.on_chain_error = self._error  # type: ignore[method-assign]
-
-    def _take_release(self, parent_run_id: uuid.UUID | None) -> Callable[[str], Any] | None:
-        if parent_run_id is not None:
-            return None
-        release, self._release = self._release, None
-        self.held = None
-        return release
-
-    def _end(self, outputs: Any, *, parent_run_id: uuid.UUID | None = None, **kw: Any) -> None:
-        if (release := self._take_release(parent_run_id)) is not None:
-            release("ok")
-
-    def _error(
-        self, error: BaseException, *, parent_run_id: uuid.UUID | None = None, **kw: Any
-    ) -> None:
-        if (release := self._take_release(parent_run_id)) is not None:
-            release("error")
-
-    async def _aend(
-        self, outputs: Any, *, parent_run_id: uuid.UUID | None = None, **kw: Any
-    ) -> None:
-        if (release := self._take_release(parent_run_id)) is not None:
-            await release("ok")
-
-    async def _aerror(
-        self, error: BaseException, *, parent_run_id: uuid.UUID | None = None, **kw: Any
-    ) -> None:
-        if (release := self._take_release(parent_run_id)) is not None:
-            await release("error")
-
-    def on_chain_start(
-        self,
-        serialized: dict[str, Any] | None,
-        inputs: Any,
-        *,
-        run_id: uuid.UUID,
-        parent_run_id: uuid.UUID | None = None,
-        **kwargs: Any,
-    ) -> None:
-        if parent_run_id is not None:
-            return
-        try:
-            self.fingerprint = input_fingerprint(inputs)
-        except (TypeError, ValueError) as exc:
-            self.fingerprint = None
-            logger.warning(
-                "langgraph-deterministic cannot fingerprint this graph input (%s): a retry "
-                "with a different input under the same run_id will not be detected.",
-                exc,
-            )
-
-    def __deepcopy__(self, memo: dict[int, Any]) -> RunInputRecorder:
-        return self  # configs get copied; the handler must stay the one LangGraph calls
-
-    def __copy__(self) -> RunInputRecorder:
-        return self
-
-
-def find_recorder(config: RunnableConfig) -> RunInputRecorder | None:
-    callbacks = config.get("callbacks")
-    if not callbacks:
-        return None
-    if isinstance(callbacks, list | tuple):
-        handlers: Iterable[Any] = callbacks
-    else:
-        handlers = [
-            *getattr(callbacks, "handlers", ()),
-            *getattr(callbacks, "inheritable_handlers", ()),
-        ]
-    for handler in handlers:
-        if isinstance(handler, RunInputRecorder):
-            return handler
-    return None
 
 
 # --- what call is this? -------------------------------------------------------------
@@ -382,44 +132,6 @@ class CallInfo:
         return self.checkpoint_ns == ""
 
 
-def _normalise_run_id(value: Any, where: str) -> str:
-    if isinstance(value, uuid.UUID):
-        return str(value)
-    if isinstance(value, str):
-        if not value.strip():
-            raise RunIdRequiredError(
-                f"{where} is an empty string. Give every graph call a stable, non-empty "
-                "run id: run_config(thread_id, run_id)."
-            )
-        return value
-    raise RunIdRequiredError(
-        f"{where} is a {type(value).__name__} ({value!r}); a run id must be a str or a "
-        "uuid.UUID. LangGraph drops other types from checkpoint metadata, so retries "
-        "would not be recognised. Pass run_config(thread_id, str(run_id))."
-    )
-
-
-def _run_id_of(config: RunnableConfig) -> tuple[str | None, Any]:
-    metadata = config.get("metadata") or {}
-    configurable = config.get("configurable") or {}
-    raw = metadata.get(RUN_ID_KEY)
-    where = 'config["metadata"]["run_id"]'
-    if raw is None:
-        raw = configurable.get(RUN_ID_KEY)
-        where = 'config["configurable"]["run_id"]'
-    if raw is not None:
-        run_id = _normalise_run_id(raw, where)
-        other = configurable.get(RUN_ID_KEY)
-        if other is not None and _normalise_run_id(other, "configurable.run_id") != run_id:
-            raise RunIdRequiredError(
-                f'config["metadata"]["run_id"] ({run_id!r}) and config["configurable"]'
-                f'["run_id"] ({other!r}) differ; a graph call has one run id. Build the '
-                "config with run_config(thread_id, run_id)."
-            )
-        return run_id, raw
-    return None, None
-
-
 class RunContract:
     """The run-id policy and metadata allow-list of one saver, and its decisions."""
 
@@ -452,10 +164,10 @@ class RunContract:
         if not self.enforced:
             run_id, raw = None, None
             with contextlib.suppress(RunIdRequiredError):
-                run_id, raw = _run_id_of(config)
+                run_id, raw = run_id_of(config)
             return CallInfo(thread_id, checkpoint_ns, run_id, raw, in_graph_run, None, None,
                             bool(configurable.get("checkpoint_id")))  # fmt: skip
-        run_id, raw = _run_id_of(config)
+        run_id, raw = run_id_of(config)
         recorder = find_recorder(config)
         attempt = configurable.get(ATTEMPT_KEY)
         strategy = configurable.get(MULTITASK_KEY)
@@ -731,7 +443,7 @@ class RunContract:
                     continue
                 if allowed is not None and key not in allowed:
                     continue
-                if key not in self.metadata_keys and _looks_secret(key, value):
+                if key not in self.metadata_keys and looks_secret(key, value):
                     continue
                 if isinstance(value, str):
                     stored[key] = value.replace("\u0000", "")
@@ -803,75 +515,6 @@ class RunContract:
         }
 
 
-def _looks_secret(key: str, value: Any = None) -> bool:
-    """Whether a metadata entry may hold a credential, by its key or by its value. Errs
-    on the side of dropping: a dropped entry is a missing filter, a kept one a leak."""
-    lowered = key.casefold()
-    if any(part in lowered for part in _SECRET_SUBSTRINGS):
-        return True
-    if any(word.casefold() in _SECRET_WORDS for word in _WORD.findall(key)):
-        return True
-    return isinstance(value, str) and _SECRET_VALUE.search(value) is not None
-
-
-@dataclass(frozen=True, slots=True)
-class LedgerRow:
-    """One run of one thread, as the ledger (table ``lgd_runs``) holds it."""
-
-    status: str
-    last_checkpoint_id: str | None
-    input_fingerprint: str | None
-
-
-@dataclass(frozen=True, slots=True)
-class Lease:
-    """A thread's lease (table ``lgd_leases``): the run and attempt holding the thread."""
-
-    run_id: str
-    attempt: str
-    strategy: str
-    #: how the holder got the thread: ``free``, ``retry``, ``enqueued``,
-    #: ``interrupted <run>``, ``rolled back <run>``, ``continued after unfinished <run>``
-    outcome: str
-    acquired_at: _dt.datetime
-    expires_at: _dt.datetime
-    #: None while held; ``ok`` / ``error`` once the graph call returned / raised
-    ended: str | None
-
-    def live(self, now: _dt.datetime) -> bool:
-        return self.ended is None and self.expires_at > now
-
-
-@dataclass(frozen=True, slots=True)
-class HeldLease:
-    """The lease a graph run was admitted with, to release when its call returns."""
-
-    thread_id: str
-    run_id: str
-    attempt: str
-
-
-@dataclass(frozen=True, slots=True)
-class Admission:
-    """The row ``lgd_admit_v3`` returns (see migration 0014)."""
-
-    verdict: Literal["admitted", "busy", "queued", "unfinished"]
-    ticket: int | None
-    holder: Lease | None
-    outcome: str | None
-
-    @classmethod
-    def from_row(cls, row: tuple[Any, ...]) -> Admission:
-        (verdict, ticket, run, attempt, expires, ended, strategy, outcome, acquired,
-         mine) = row  # fmt: skip
-        holder = (
-            Lease(run, attempt, strategy, outcome, acquired, expires, ended)
-            if run is not None
-            else None
-        )
-        return cls(verdict, ticket, holder, mine)
-
-
 def unanswered_tool_calls(values: Mapping[str, Any]) -> list[str]:
     """Ids of the tool calls of the last AI message (in any channel holding a message
     list) that no later ToolMessage answers."""
@@ -896,45 +539,6 @@ def unanswered_tool_calls(values: Mapping[str, Any]) -> list[str]:
 
 
 @dataclass(frozen=True, slots=True)
-class RunRecord:
-    """A run as the ledger knows it: ``saver.get_run(thread_id, run_id)``.
-
-    ``status`` is ``running`` (its latest write; it may be finished, interrupted in a
-    node, or crashed -- ``graph.get_state`` tells which), ``interrupted`` (stopped at an
-    interrupt), ``done`` (a later run started after it had finished) or ``superseded`` (a
-    later run moved the thread on before it finished). ``last_checkpoint`` is the
-    checkpoint it wrote last: its final state once finished (for a ``running`` run, its
-    newest root checkpoint at the time of the read). ``attempts`` counts the graph calls
-    that wrote for it (retries included). ``rolled_back``: a later run started with
-    ``multitask_strategy="rollback"`` removed its checkpoints.
-    """
-
-    thread_id: str
-    run_id: str
-    status: str
-    attempts: int
-    first_checkpoint_id: str
-    last_checkpoint_id: str
-    input_fingerprint: str | None
-    superseded_by: str | None
-    created_at: _dt.datetime
-    updated_at: _dt.datetime
-    last_checkpoint: CheckpointTuple | None
-    #: the strategy the run was admitted under, and what that did (see Lease.outcome)
-    multitask_strategy: str | None = None
-    multitask_outcome: str | None = None
-    #: the thread's lease while this run holds it (or held it last), else None
-    lease: Lease | None = None
-
-    @property
-    def values(self) -> dict[str, Any]:
-        """The channel values of the run's last checkpoint (its final state if finished)."""
-        if self.last_checkpoint is None:
-            return {}
-        return dict(self.last_checkpoint.checkpoint["channel_values"])
-
-
-@dataclass(frozen=True, slots=True)
 class StartDecision:
     """``proceed``: load the head as usual. ``final``: the run finished earlier and a
     later run has moved the thread on; load its final checkpoint instead, so LangGraph
@@ -944,51 +548,38 @@ class StartDecision:
     checkpoint_id: str | None = None
 
 
-def translate_guard_error(exc: BaseException, info: CallInfo) -> DeterministicError | None:
-    """Our error for a failure of the guard statements, or None if it is something else."""
-    sqlstate = getattr(exc, "sqlstate", None)
-    diag = getattr(exc, "diag", None)
-    detail = getattr(diag, "message_detail", None) or ""
-    run = f"run {info.run_id!r}" if info.run_id else "a call without run id"
-    Run = run[0].upper() + run[1:]
-    if sqlstate == SQLSTATE_CHILD_TAKEN:
-        return ConcurrentRunError(
-            f"Another attempt got to thread {info.thread_id!r} first ({detail}): the "
-            f"checkpoint this attempt of {run} continues from has already been continued. "
-            "This attempt is a zombie or lost a race with a retry or with another run; its "
-            "checkpoint was not stored, so the thread's history stays linear and the other "
-            "writer's state is kept. Stop this attempt: do not retry it blindly -- a retry "
-            "with the same run_id resumes from what the winner stored. Make sure one call is "
-            "executed by one worker at a time (a lease, Temporal's activity heartbeat)."
-        )
-    if sqlstate == SQLSTATE_STALE_WRITE:
-        return ConcurrentRunError(
-            f"Another attempt has moved thread {info.thread_id!r} past the checkpoint these "
-            f"pending writes of {run} belong to ({detail}). They were not stored: this "
-            "attempt is a zombie or lost a race. Stop it; a retry with the same run_id "
-            "resumes from what the winner stored."
-        )
-    if sqlstate == SQLSTATE_LEASED:
-        return ConcurrentRunError(
-            f"{Run} was stopped on thread {info.thread_id!r}: another run took the thread over "
-            f"({detail}) -- multitask_strategy 'interrupt' or 'rollback', or a run admitted "
-            "after this attempt's lease expired. This write was not stored. Stop this "
-            "attempt; the thread continues with the other run."
-        )
-    if sqlstate == SQLSTATE_CLOCK_BEHIND:
-        return ConfigurationError(
-            f"{Run} on thread {info.thread_id!r} wrote a checkpoint whose id sorts before "
-            f"its parent's ({detail}). LangGraph loads a thread's greatest checkpoint id, so "
-            "it would never be read again. Checkpoint ids carry the writer's clock: this "
-            "machine's clock is behind the one that wrote the parent. Sync the clocks (NTP) "
-            "and retry. Nothing was written."
-        )
-    if sqlstate == SQLSTATE_COMMAND_REPLAY:
-        return RunSupersededError(
-            f"{Run} on thread {info.thread_id!r} tried to apply a Command to a "
-            "checkpoint the same run wrote after applying it once: a duplicate delivery of "
-            "the same Command(resume/update/goto). It was refused so it cannot answer a "
-            "later interrupt. Build configs with run_config(...) so duplicates are refused "
-            "before anything runs; send a new answer under a new run_id."
-        )
-    return None
+__all__ = [
+    "ATTEMPT_KEY",
+    "BRANCHING",
+    "BRANCH_KEY",
+    "DEFAULT_METADATA_KEYS",
+    "FINGERPRINT_KEY",
+    "GRAPH_RUN_MARKER",
+    "MULTITASK_KEY",
+    "RUN_ID_KEY",
+    "SQLSTATE_CHILD_TAKEN",
+    "SQLSTATE_CLOCK_BEHIND",
+    "SQLSTATE_COMMAND_REPLAY",
+    "SQLSTATE_LEASED",
+    "SQLSTATE_STALE_WRITE",
+    "STRATEGIES",
+    "Admission",
+    "CallInfo",
+    "HeldLease",
+    "InputKind",
+    "Lease",
+    "LedgerRow",
+    "MultitaskStrategy",
+    "Policy",
+    "RunContract",
+    "RunInputRecorder",
+    "RunRecord",
+    "StartDecision",
+    "check_strategy",
+    "find_recorder",
+    "fingerprint_kind",
+    "input_fingerprint",
+    "input_kind",
+    "translate_guard_error",
+    "unanswered_tool_calls",
+]

@@ -1,6 +1,6 @@
 """DeterministicSaver: one class, sync and async, over the sans-I/O core in ``_core``.
 
-The drivers below only execute :class:`~._core.Batch` objects on a connection. A pool
+The drivers (``_drivers``) only execute :class:`~._batch.Batch` objects on a connection. A pool
 gives every concurrent call its own connection, with no saver-wide lock (the peer takes
 one lock per saver, which serialises all async work even with a pool); a single
 connection is shared under a lock, since one connection runs one transaction at a time.
@@ -14,6 +14,7 @@ import enum
 import inspect
 import logging
 import threading
+import time
 import uuid
 import weakref
 from collections.abc import (
@@ -30,7 +31,6 @@ from contextlib import (
     AbstractContextManager,
     asynccontextmanager,
     contextmanager,
-    nullcontext,
     suppress,
 )
 from contextvars import ContextVar
@@ -56,8 +56,17 @@ from psycopg.rows import tuple_row
 from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
 from langgraph_deterministic.checkpointer import _core, _migrate
-from langgraph_deterministic.checkpointer._core import Batch, Operation, Results
+from langgraph_deterministic.checkpointer._batch import (
+    Batch,
+    Operation,
+    Results,
+    arun,
+    run,
+)
+from langgraph_deterministic.checkpointer._drivers import aexecute, execute
 from langgraph_deterministic.checkpointer._leases import LeaseKeeper
+from langgraph_deterministic.checkpointer._rows import Codec, next_version
+from langgraph_deterministic.checkpointer._translate import translate_error
 from langgraph_deterministic.checkpointer.contract import (
     DEFAULT_METADATA_KEYS,
     HeldLease,
@@ -84,10 +93,6 @@ OnSession = Callable[[int], Operation[T]]
 # connect_kwargs set one.
 _PROBE_TIMEOUT = 10
 
-# A pooler (PgBouncer, RDS Proxy, Supavisor) answers the startup with a backend pid of its
-# own: a pid the server does not confirm means the connection is not direct.
-_BACKEND_PID_SQL = "SELECT pg_backend_pid()"
-
 
 #: Set by PostgresJournal's session (runner/_postgres.py) for one runner call: told of
 #: every checkpoint this saver loads ("load", the id found or None) and, before it is sent,
@@ -113,121 +118,6 @@ class _Unset(enum.Enum):
 
 
 _UNSET = _Unset.UNSET
-
-
-# --- the two drivers: execute one batch -------------------------------------------
-# Every cursor is opened with our own row factory: the core reads rows as tuples whatever
-# the connection's own factory is (LangGraph documents dict_row; namedtuple_row, class_row
-# and the default must work the same).
-
-
-def _execute(conn: Connection[Any], batch: Batch) -> Results:
-    statements = batch.statements
-    if batch.wait is not None:
-        for _ in conn.notifies(timeout=batch.wait[1], stop_after=1):
-            pass
-        return []
-    if not batch.atomic and len(statements) == 1 and batch.pipeline:
-        (st,) = statements
-        with conn.cursor(binary=True, row_factory=tuple_row) as cur:
-            cur.execute(st.sql, st.params, prepare=st.prepare)
-            return [cur.fetchall() if st.fetch else None]
-    if not batch.pipeline:
-        # DDL and statements that must not run inside a pipeline (multi-statement
-        # migration files, CREATE INDEX CONCURRENTLY). Text cursor: simple protocol.
-        results: Results = []
-        with (
-            _transaction(conn, batch) if batch.atomic else nullcontext(),
-            conn.cursor(row_factory=tuple_row) as cur,
-        ):
-            for st in statements:
-                cur.execute(st.sql, st.params, prepare=st.prepare)
-                results.append(cur.fetchall() if st.fetch else None)
-        return results
-    cursors = []
-    # Statements up to a pipeline's one Sync form one implicit transaction: if any fails,
-    # Postgres rolls them all back. That is the atomicity we need, in one round trip;
-    # psycopg's transaction() inside a pipeline would add three more syncs (BEGIN, COMMIT,
-    # exit). Only a batch that sets an isolation level needs an explicit transaction.
-    in_callers_pipeline = _in_pipeline(conn)
-    with conn.pipeline() as pipe:
-        if batch.isolation and in_callers_pipeline:
-            pipe.sync()  # see _in_pipeline
-        with _transaction(conn, batch) if batch.isolation else nullcontext():
-            for st in statements:
-                cur = conn.cursor(binary=True, row_factory=tuple_row)
-                if st.many:
-                    cur.executemany(st.sql, st.params)  # type: ignore[arg-type]
-                else:
-                    cur.execute(st.sql, st.params, prepare=st.prepare)
-                cursors.append(cur)
-    return [
-        cur.fetchall() if st.fetch else None for cur, st in zip(cursors, statements, strict=True)
-    ]
-
-
-async def _aexecute(conn: AsyncConnection[Any], batch: Batch) -> Results:
-    statements = batch.statements
-    if batch.wait is not None:
-        async for _ in conn.notifies(timeout=batch.wait[1], stop_after=1):
-            pass
-        return []
-    if not batch.atomic and len(statements) == 1 and batch.pipeline:
-        (st,) = statements
-        async with conn.cursor(binary=True, row_factory=tuple_row) as cur:
-            await cur.execute(st.sql, st.params, prepare=st.prepare)
-            return [await cur.fetchall() if st.fetch else None]
-    if not batch.pipeline:
-        results: Results = []
-        async with (
-            _atransaction(conn, batch) if batch.atomic else nullcontext(),
-            conn.cursor(row_factory=tuple_row) as cur,
-        ):
-            for st in statements:
-                await cur.execute(st.sql, st.params, prepare=st.prepare)
-                results.append(await cur.fetchall() if st.fetch else None)
-        return results
-    cursors = []
-    # One implicit transaction per pipeline sync; see _execute.
-    in_callers_pipeline = _in_pipeline(conn)
-    async with conn.pipeline() as pipe:
-        if batch.isolation and in_callers_pipeline:
-            await pipe.sync()  # see _in_pipeline
-        async with _atransaction(conn, batch) if batch.isolation else nullcontext():
-            for st in statements:
-                cur = conn.cursor(binary=True, row_factory=tuple_row)
-                if st.many:
-                    await cur.executemany(st.sql, st.params)  # type: ignore[arg-type]
-                else:
-                    await cur.execute(st.sql, st.params, prepare=st.prepare)
-                cursors.append(cur)
-    return [
-        await cur.fetchall() if st.fetch else None
-        for cur, st in zip(cursors, statements, strict=True)
-    ]
-
-
-def _in_pipeline(conn: Connection[Any] | AsyncConnection[Any]) -> bool:
-    """Whether the caller holds the connection in pipeline mode (PostgresSaver's
-    ``pipe=`` setup). Its unsynced statements leave an implicit transaction open, after
-    which ``SET TRANSACTION ISOLATION LEVEL`` fails: a batch that sets one syncs first."""
-    return conn.info.pipeline_status != psycopg.pq.PipelineStatus.OFF
-
-
-@contextmanager
-def _transaction(conn: Connection[Any], batch: Batch) -> Iterator[None]:
-    with conn.transaction():
-        if batch.isolation:
-            conn.execute(f"SET TRANSACTION ISOLATION LEVEL {batch.isolation.upper()}")
-        yield
-
-
-@asynccontextmanager
-async def _atransaction(conn: AsyncConnection[Any], batch: Batch) -> AsyncIterator[None]:
-    async with conn.transaction():
-        if batch.isolation:
-            await conn.execute(f"SET TRANSACTION ISOLATION LEVEL {batch.isolation.upper()}")
-        yield
 
 
 # --- the saver ----------------------------------------------------------------------
@@ -363,6 +253,11 @@ class DeterministicSaver(BaseCheckpointSaver[str]):
                 "Pass a DSN string, a psycopg (Async)Connection, or a psycopg_pool "
                 "(Async)ConnectionPool."
             )
+        if not self._has_sync():
+            # The loop the sync API hands its calls to (as AsyncPostgresSaver), known
+            # before the first async call when the saver is built on it.
+            with suppress(RuntimeError):
+                self._loop = asyncio.get_running_loop()
 
     @property
     def serde(self) -> SerializerProtocol:
@@ -373,7 +268,7 @@ class DeterministicSaver(BaseCheckpointSaver[str]):
     @serde.setter
     def serde(self, value: SerializerProtocol) -> None:
         self._serde = maybe_add_typed_methods(value)
-        self._codec = _core.Codec(self._serde)
+        self._codec = Codec(self._serde)
 
     @classmethod
     def from_conn_string(
@@ -526,9 +421,11 @@ class DeterministicSaver(BaseCheckpointSaver[str]):
         try:
             with self._connection() as conn:
                 op = operation(conn.info.backend_pid) if callable(operation) else operation
-                return _core.run(op, lambda batch: _execute(conn, batch))
+                if conn is self._conn:
+                    return run(op, partial(self._execute_shared, conn))
+                return run(op, lambda batch: execute(conn, batch))
         except Exception as exc:
-            translated = _core.translate_error(exc)
+            translated = translate_error(exc)
             if translated is exc:
                 raise
             raise translated from exc
@@ -541,12 +438,35 @@ class DeterministicSaver(BaseCheckpointSaver[str]):
         try:
             async with self._aconnection() as conn:
                 op = operation(conn.info.backend_pid) if callable(operation) else operation
-                return await _core.arun(op, lambda batch: _aexecute(conn, batch))
+                if conn is self._aconn:
+                    return await arun(op, partial(self._aexecute_shared, conn))
+                return await arun(op, lambda batch: aexecute(conn, batch))
         except Exception as exc:
-            translated = _core.translate_error(exc)
+            translated = translate_error(exc)
             if translated is exc:
                 raise
             raise translated from exc
+
+    # One connection for every call: a run queued behind another on its thread (a NOTIFY
+    # wait) would keep it from the very run it waits for, so on a shared connection the
+    # wait gives the connection up and sleeps instead (the core re-polls its admission).
+
+    def _execute_shared(self, conn: Connection[Any], batch: Batch) -> Results:
+        if batch.wait is None:
+            return execute(conn, batch)
+        self._lock.release()
+        try:
+            time.sleep(batch.wait[1])
+        finally:
+            self._lock.acquire()
+        return []
+
+    async def _aexecute_shared(self, conn: AsyncConnection[Any], batch: Batch) -> Results:
+        if batch.wait is None:
+            return await aexecute(conn, batch)
+        assert self._alock is not None
+        await _wait_unlocked(self._alock, batch.wait[1])
+        return []
 
     def _run_on_loop(self, operation: Operation[T] | OnSession[T]) -> T:
         """The sync API over an async connection: allowed from a thread other than the
@@ -687,8 +607,8 @@ class DeterministicSaver(BaseCheckpointSaver[str]):
         policy = _migrate.LockPolicy(timeout=lock_timeout, retries=lock_retries)
         operation = _migrate.migrate(phase, policy=policy, dry_run=dry_run, progress=progress)
         if dry_run:
-            return _named(operation)
-        return _direct_only(phase, client_pid, _locked(operation, policy))
+            return _migrate.named(operation)
+        return _migrate.direct_only(phase, client_pid, _migrate.locked(operation, policy))
 
     def applied_migrations(self) -> set[int]:
         """Versions of this package's migrations applied to the database."""
@@ -795,7 +715,7 @@ class DeterministicSaver(BaseCheckpointSaver[str]):
         return self._run(_core.delta_history(self._codec, config, channels))
 
     def get_next_version(self, current: str | None, channel: None) -> str:
-        return _core.next_version(current)
+        return next_version(current)
 
     # -- BaseCheckpointSaver: async --------------------------------------------------
 
@@ -901,92 +821,6 @@ class DeterministicSaver(BaseCheckpointSaver[str]):
         return await self._arun(_core.delta_history(self._codec, config, channels))
 
 
-def _direct_only(
-    phase: _migrate.Phase, client_pid: int, locked: Operation[list[str]]
-) -> Operation[list[str]]:
-    """Run ``locked`` (the migrations under the advisory lock) on a direct connection only.
-
-    The lock is per session. Behind a transaction-pooling proxy (PgBouncer, RDS Proxy,
-    Supavisor) consecutive statements of one client run on different server sessions: the
-    lock would be taken on one, left there for another client to inherit (which would then
-    migrate concurrently), and never released. Such a proxy answers the startup with a
-    backend pid of its own, so a pid the server does not confirm means "not direct". Then
-    setup only checks that nothing is pending, and otherwise refuses before any lock.
-    """
-    (rows,) = yield Batch(
-        (_core.Statement(_BACKEND_PID_SQL, fetch=True, prepare=False),), pipeline=False
-    )
-    if rows and rows[0][0] == client_pid:
-        return (yield from locked)
-    locked.close()  # never started: it took no lock
-    if phase not in ("pre", "post", "all"):
-        raise ConfigurationError(f"Unknown migration phase {phase!r}; use 'pre', 'post' or 'all'.")
-    done = yield from _migrate.applied_versions()
-    pending = [
-        _migrate.label(m)
-        for m in _migrate.discover()
-        if m.version not in done and phase in ("all", m.phase)
-    ]
-    if not pending:
-        return []
-    raise ConfigurationError(
-        "setup() cannot migrate through a connection pooler (PgBouncer, RDS Proxy, "
-        "Supavisor...): this connection's backend pid is not the server's, and migrations "
-        "hold a session-level lock that transaction pooling would leave on a server "
-        f"connection other clients reuse. Pending: {', '.join(pending)}. Run the migrations "
-        "once over a direct connection to Postgres (e.g. `langgraph-deterministic migrate "
-        "--dsn <direct DSN>`, or DeterministicSaver(direct_dsn).setup()); then setup() "
-        "through the pooler succeeds. Nothing was changed."
-    )
-
-
-def _named(operation: Operation[list[_migrate.Migration]]) -> Operation[list[str]]:
-    return [_migrate.label(m) for m in (yield from operation)]
-
-
-def _locked(
-    operation: Operation[list[_migrate.Migration]], policy: _migrate.LockPolicy
-) -> Operation[list[str]]:
-    """Hold the migrations' advisory lock, with the session's lock_timeout set to the
-    policy's, around ``operation``. Both are per session, so both are put back on the
-    same connection however the operation ends: an error, a cancelled task, Ctrl-C (the
-    driver throws those in here too). A pooled connection goes back to its pool as it
-    came; a session that died (pg_terminate_backend, a lost network) took both with it."""
-    key = (_migrate.ADVISORY_LOCK_KEY,)
-
-    def single(sql: str, params: Sequence[Any] | None = None) -> Batch:
-        return Batch((_core.Statement(sql, params, fetch=True, prepare=False),), pipeline=False)
-
-    (saved,) = yield single(_migrate.GET_LOCK_TIMEOUT_SQL)
-    previous = saved[0][0] if saved else "0"
-    for _ in range(_migrate.LOCK_WAIT_POLLS):
-        (rows,) = yield single(_migrate.TRY_LOCK_SQL, key)
-        if rows and rows[0][0]:
-            break
-        yield single(_migrate.LOCK_POLL_SQL)
-    else:
-        raise ConfigurationError(
-            "Another process has been applying migrations for 5 minutes (it holds the "
-            "advisory lock). Wait for it, or look for a stuck `langgraph-deterministic "
-            "migrate` / setup() in pg_stat_activity."
-        )
-    release = single(
-        "SELECT set_config('lock_timeout', %s, false), pg_advisory_unlock(%s)",
-        (previous, *key),
-    )
-    try:
-        yield single(_migrate.SET_LOCK_TIMEOUT_SQL, (policy.timeout_setting,))
-        applied = yield from operation
-    except GeneratorExit:
-        raise
-    except BaseException:
-        with suppress(Exception):  # if the session is gone, its lock went with it
-            yield release
-        raise
-    yield release
-    return [_migrate.label(m) for m in applied]
-
-
 def _check_dsn(dsn: str) -> None:
     try:
         psycopg.conninfo.conninfo_to_dict(dsn)
@@ -1079,21 +913,21 @@ def _probe(dsn: str, kwargs: Mapping[str, Any]) -> bool:
     try:
         with psycopg.connect(dsn, **_probe_kwargs(dsn, kwargs)) as conn:
             cur = conn.cursor(row_factory=tuple_row)
-            row = cur.execute(_BACKEND_PID_SQL, prepare=False).fetchone()
+            row = cur.execute(_migrate.BACKEND_PID_SQL, prepare=False).fetchone()
             return row is not None and row[0] == conn.info.backend_pid
     except psycopg.Error as exc:
-        raise _core.translate_error(exc) from exc
+        raise translate_error(exc) from exc
 
 
 async def _aprobe(dsn: str, kwargs: Mapping[str, Any]) -> bool:
     try:
         async with await AsyncConnection.connect(dsn, **_probe_kwargs(dsn, kwargs)) as conn:
             cur = conn.cursor(row_factory=tuple_row)
-            await cur.execute(_BACKEND_PID_SQL, prepare=False)
+            await cur.execute(_migrate.BACKEND_PID_SQL, prepare=False)
             row = await cur.fetchone()
             return row is not None and row[0] == conn.info.backend_pid
     except psycopg.Error as exc:
-        raise _core.translate_error(exc) from exc
+        raise translate_error(exc) from exc
 
 
 async def _close_with_loop(
@@ -1116,6 +950,24 @@ async def _close_with_loop(
             for conn in list(opened):
                 if not conn.closed:
                     await conn.close()
+
+
+async def _wait_unlocked(lock: asyncio.Lock, seconds: float) -> None:
+    """Sleep with ``lock`` given up, and hold it again on return, also when cancelled
+    (asyncio.Condition.wait's rule: the cancellation is raised once the lock is held)."""
+    lock.release()
+    try:
+        await asyncio.sleep(seconds)
+    finally:
+        cancelled = False
+        while True:
+            try:
+                await lock.acquire()
+                break
+            except asyncio.CancelledError:
+                cancelled = True
+        if cancelled:
+            raise asyncio.CancelledError
 
 
 def _refuse_from_coroutine(name: str, async_name: str) -> None:

@@ -16,6 +16,8 @@ from functools import cache
 from importlib import resources
 from typing import Final
 
+from langgraph_deterministic.checkpointer._queries import named_blocks
+
 DEFAULT_IDLE: Final = timedelta(minutes=10)
 """How long a thread with a step left must be quiet to count as stuck, not running."""
 STATEMENT_TIMEOUT_MS: Final = 5_000
@@ -25,17 +27,6 @@ STATEMENT_TIMEOUT_MS: Final = 5_000
 @cache
 def queries(name: str) -> dict[str, str]:
     """The ``-- name: key`` blocks of ``ops/sql/<name>.sql``."""
-    text = resources.files(__package__).joinpath(f"sql/{name}.sql").read_text("utf-8")
-    blocks: dict[str, str] = {}
-    key: str | None = None
-    lines: list[str] = []
-    for line in text.splitlines():
-        if line.startswith("-- name:"):
-            if key:
-                blocks[key] = "\n".join(lines).strip()
-            key, lines = line.split(":", 1)[1].strip(), []
-        elif key is not None and not line.lstrip().startswith("--"):
-            lines.append(line)
-    if key:
-        blocks[key] = "\n".join(lines).strip()
-    return blocks
+    return named_blocks(
+        resources.files(__package__).joinpath(f"sql/{name}.sql").read_text("utf-8")
+    )

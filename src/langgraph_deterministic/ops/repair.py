@@ -51,7 +51,7 @@ from langgraph.checkpoint.base.id import uuid6
 from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 from psycopg.types.json import Jsonb
 
-from langgraph_deterministic.checkpointer._core import queries as saver_queries
+from langgraph_deterministic.checkpointer._queries import queries as saver_queries
 from langgraph_deterministic.errors import (
     DatabaseUnavailableError,
     DeterministicError,

@@ -24,7 +24,7 @@ from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
 
-from langchain_core.runnables.config import var_child_runnable_config
+from langgraph_deterministic._compat.langgraph import var_child_runnable_config
 
 from ._ordering import NondeterminismError, OpScheduler
 

@@ -55,7 +55,9 @@ from typing import TYPE_CHECKING, Any
 import psycopg
 import psycopg.errors
 
-from langgraph_deterministic.checkpointer._core import Batch, Statement, queries
+from langgraph_deterministic._compat.langgraph import var_child_runnable_config
+from langgraph_deterministic.checkpointer._batch import Batch, Statement
+from langgraph_deterministic.checkpointer._queries import queries
 from langgraph_deterministic.checkpointer.contract import GRAPH_RUN_MARKER, RUN_ID_KEY
 from langgraph_deterministic.errors import (
     ConcurrentRunError,
@@ -308,8 +310,6 @@ class _Session:
                 "op would never be asked for. Fix: call the inner op from the node, next to "
                 "the outer one, not from inside its function."
             )
-        from langchain_core.runnables.config import var_child_runnable_config
-
         config = var_child_runnable_config.get() or {}
         configurable = config.get("configurable") or {}
         runtime = configurable.get(GRAPH_RUN_MARKER)

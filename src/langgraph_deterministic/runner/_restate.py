@@ -1,7 +1,8 @@
 """``RestateJournal``: the ordering core on the Restate context of the current handler.
 
 ``restate-sdk`` is an optional extra: it is imported only when a ``RestateJournal`` is
-built. What this module relies on in restate-sdk (checked at construction):
+built. What this module relies on in restate-sdk (every name in ``_compat/restate.py``,
+checked once, when the first journal is built):
 
 * ``ctx.run_typed`` / ``ctx.sleep`` to create commands, the returned futures' ``handle``
   and ``is_completed()``;
@@ -26,6 +27,8 @@ from contextlib import contextmanager
 from datetime import timedelta
 from typing import Any, cast
 
+from langgraph_deterministic._compat import supported
+from langgraph_deterministic._compat.langgraph import NS_SEP, var_child_runnable_config
 from langgraph_deterministic.errors import (
     ConfigurationError,
     DatabaseUnavailableError,
@@ -38,43 +41,21 @@ from langgraph_deterministic.errors import (
 from ._context import IN_OP, RunSpec, SleepSpec, current_scheduler, request
 from ._ordering import NondeterminismError, OpScheduler
 
-SUPPORTED_RESTATE = ">=1.3,<1.4"
+SUPPORTED_RESTATE = supported("restate-sdk", ">=1.3,<1.4")
 DECISION_NAME = "lgd:order"
 
 
-def _import_restate() -> Any:
-    try:
-        import restate
-        import restate.server_context
-        import restate.vm
-    except ImportError as exc:
-        raise IncompatibleRestateError(
-            "RestateJournal needs restate-sdk, which is not installed. "
-            "Fix: pip install 'langgraph-deterministic[restate]'."
-        ) from exc
-    return restate
-
-
 def _check_restate(ctx: Any) -> None:
-    import importlib.metadata
+    """Import restate-sdk through our compat module (its names are checked then, once)
+    and refuse what is not the context of a Restate handler."""
+    from langgraph_deterministic._compat.restate import ServerInvocationContext, check_context
 
-    from restate import server_context as sc
-
-    version = importlib.metadata.version("restate-sdk")
-    fix = f"Fix: pip install 'restate-sdk{SUPPORTED_RESTATE}' (installed: {version})."
-    if not isinstance(ctx, sc.ServerInvocationContext):
+    if not isinstance(ctx, ServerInvocationContext):
         raise ConfigurationError(
             f"RestateJournal(ctx) needs the Context a Restate handler receives, got {ctx!r}. "
             "Fix: build it inside the handler: RestateJournal(ctx)."
         )
-    needed_ctx = ("vm", "receive", "run_coros_to_execute", "tasks", "take_and_send_output")
-    missing = [a for a in needed_ctx if not hasattr(ctx, a)]
-    needed_mod = ("_restate_context_var", "DisconnectedException")
-    missing += [f"server_context.{a}" for a in needed_mod if not hasattr(sc, a)]
-    if missing:
-        raise IncompatibleRestateError(
-            f"restate-sdk {version} lacks {missing}, which RestateJournal relies on. {fix}"
-        )
+    check_context(ctx)
 
 
 def _is_misuse(exc: BaseException) -> bool:
@@ -86,7 +67,7 @@ def _is_misuse(exc: BaseException) -> bool:
 
 
 def _terminal(exc: DeterministicError) -> BaseException:
-    from restate.exceptions import TerminalError
+    from langgraph_deterministic._compat.restate import TerminalError
 
     return TerminalError(f"{type(exc).__name__}: {exc}", 500)
 
@@ -125,11 +106,11 @@ class _RestateBackend:
     """:class:`JournalBackend` over one ``ServerInvocationContext``."""
 
     def __init__(self, ctx: Any) -> None:
-        from restate import server_context as sc
+        from langgraph_deterministic._compat.restate import ServerInvocationContext
 
         self._ctx = ctx
-        self._real_run_typed = sc.ServerInvocationContext.run_typed
-        self._real_sleep = sc.ServerInvocationContext.sleep
+        self._real_run_typed = ServerInvocationContext.run_typed
+        self._real_sleep = ServerInvocationContext.sleep
         self._futs: dict[int, Any] = {}
         self._names: dict[int, str] = {}
         # Handles whose result is already in the journal (a replayed run with its
@@ -146,18 +127,16 @@ class _RestateBackend:
         return bool(self._ctx.vm.is_replaying())
 
     def start_op(self, key: str, spec: Any) -> int:
-        from restate import RunOptions
+        from langgraph_deterministic._compat.restate import RunOptions
 
         ctx = self._ctx
         fut: Any
-        if isinstance(spec, RunSpec):
+        if isinstance(spec, SleepSpec):
+            fut = self._real_sleep(ctx, timedelta(seconds=spec.seconds), key)
+        else:  # a RunSpec: request() takes no other kind
             options = spec.options if spec.options is not None else RunOptions()
             fn = _terminal_on_misuse(spec.fn)
             fut = self._real_run_typed(ctx, key, fn, options, *spec.args, **spec.kwargs)
-        elif isinstance(spec, SleepSpec):
-            fut = self._real_sleep(ctx, timedelta(seconds=spec.seconds), key)
-        else:  # pragma: no cover
-            raise TypeError(f"unknown durable op spec {spec!r}")
         handle = int(fut.handle)
         self._futs[handle] = fut
         self._names[handle] = key
@@ -171,7 +150,7 @@ class _RestateBackend:
         return handle
 
     def start_decision(self, keys: list[str]) -> int:
-        from restate import RunOptions
+        from langgraph_deterministic._compat.restate import RunOptions
 
         snapshot = list(keys)
 
@@ -208,21 +187,25 @@ class _RestateBackend:
         return handle in self._timers
 
     def is_fatal(self, exc: BaseException) -> bool:
-        from restate.exceptions import SdkInternalBaseException
-        from restate.server_context import DisconnectedException
+        from langgraph_deterministic._compat.restate import (
+            DisconnectedException,
+            SdkInternalBaseException,
+        )
 
         return isinstance(exc, SdkInternalBaseException | DisconnectedException)
 
     async def poll(self, handles: Sequence[int], wake: asyncio.Event) -> None:
-        from restate.exceptions import SdkInternalException, SuspendedException, TerminalError
-        from restate.server_context import DisconnectedException
-        from restate.vm import (
+        from langgraph_deterministic._compat.restate import (
+            DisconnectedException,
             DoProgressAnyCompleted,
             DoProgressCancelSignalReceived,
             DoProgressExecuteRun,
             FirstCompletedUnresolvedFuture,
+            SdkInternalException,
             SingleUnresolvedFuture,
             Suspended,
+            SuspendedException,
+            TerminalError,
         )
 
         ctx = self._ctx
@@ -313,11 +296,9 @@ def _in_run() -> bool:
 
 def _graph_scope() -> str:
     """The checkpoint namespace of the graph invocation the current node belongs to."""
-    from langchain_core.runnables.config import var_child_runnable_config
-
     cfg = var_child_runnable_config.get() or {}
     ns = str((cfg.get("configurable") or {}).get("checkpoint_ns") or "")
-    return ns.rpartition("|")[0]
+    return ns.rpartition(NS_SEP)[0]
 
 
 class _ScopedData(MutableMapping[str, Any]):
@@ -352,9 +333,12 @@ def _routed_classes() -> tuple[type, type, type]:
     global _ROUTED
     if _ROUTED is not None:
         return _ROUTED
-    from restate import RunOptions
-    from restate.serde import DefaultSerde
-    from restate.server_context import ServerDurableFuture, ServerInvocationContext
+    from langgraph_deterministic._compat.restate import (
+        DefaultSerde,
+        RunOptions,
+        ServerDurableFuture,
+        ServerInvocationContext,
+    )
 
     class _GatherShim:
         """What ``restate.gather`` needs from ``future.context`` for routed futures."""
@@ -368,7 +352,10 @@ def _routed_classes() -> tuple[type, type, type]:
             return fut is not None and fut.done()
 
         async def create_poll_or_cancel_coroutine(self, unresolved: Any) -> None:
-            from restate.vm import AllCompletedUnresolvedFuture, SingleUnresolvedFuture
+            from langgraph_deterministic._compat.restate import (
+                AllCompletedUnresolvedFuture,
+                SingleUnresolvedFuture,
+            )
 
             children: list[Any]
             if isinstance(unresolved, SingleUnresolvedFuture):
@@ -481,19 +468,16 @@ class RestateJournal:
     """
 
     def __init__(self, ctx: Any, *, route_restate_context: bool = True) -> None:
-        _import_restate()
         _check_restate(ctx)
         self._ctx = ctx
         self._route = route_restate_context
-        self._backend: _RestateBackend | None = None
 
     def idempotency_scope(self) -> str:
         """The invocation id: op keys repeat across invocations, idempotency keys must not."""
         return str(self._ctx.request().id)
 
     def open_backend(self) -> _RestateBackend:
-        self._backend = _RestateBackend(self._ctx)
-        return self._backend
+        return _RestateBackend(self._ctx)
 
     @contextmanager
     def bind(self, scheduler: OpScheduler[Any]) -> Iterator[None]:
@@ -503,14 +487,14 @@ class RestateJournal:
         token = None
         shadowed: list[str] = []
         if self._route:
-            from restate import server_context as sc
+            from langgraph_deterministic._compat.restate import _restate_context_var
 
             shim_cls, _, ctx_cls = _routed_classes()
             routed: Any = object.__new__(ctx_cls)
             routed.__dict__["_lgd_real"] = self._ctx
             routed.__dict__["_lgd_shim"] = shim_cls()
             routed.__dict__["_lgd_scopes"] = {}
-            token = sc._restate_context_var.set(routed)
+            token = _restate_context_var.set(routed)
             # The handler's ctx reaches nodes too (a closure, the config): shadow its
             # methods on this instance only, never on the class; removed when the run ends.
             real = self._ctx.__dict__
@@ -529,9 +513,9 @@ class RestateJournal:
             for attr in shadowed:
                 self._ctx.__dict__.pop(attr, None)
             if token is not None:
-                from restate import server_context as sc
+                from langgraph_deterministic._compat.restate import _restate_context_var
 
-                sc._restate_context_var.reset(token)
+                _restate_context_var.reset(token)
 
 
 _ROUTED_METHODS = ("run", "run_typed", "sleep")

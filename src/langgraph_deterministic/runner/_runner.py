@@ -16,21 +16,29 @@ which subgraphs inherit), so:
 from __future__ import annotations
 
 import asyncio
-import importlib.metadata
 import inspect
 import secrets
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterator
 from contextlib import AbstractContextManager, asynccontextmanager, contextmanager, nullcontext
-from typing import Any, Protocol
+from functools import cache
+from typing import Any, Protocol, cast
 
-from langgraph_deterministic.errors import IncompatibleLangGraphError
+from langgraph_deterministic._compat import installed
+from langgraph_deterministic._compat.langgraph import (
+    CONFIG_KEY_RUNNER_SUBMIT,
+    PULL,
+    PUSH,
+    SUPPORTED_LANGGRAPH,
+    check_runner_hooks,
+    incompatible,
+    skips_reraise,
+)
 
 from ._checkpointer import journaled_graph
 from ._context import _KEYED, _SCHEDULER, _SCOPE, KeyedSession, TaskScope
 from ._ordering import JournalBackend, OpScheduler
 
-SUPPORTED_LANGGRAPH = ">=1.2,<1.3"
-_SUBMIT_KEY = "__pregel_runner_submit"
+_SUBMIT_KEY = CONFIG_KEY_RUNNER_SUBMIT
 
 
 class Journal(Protocol):
@@ -78,54 +86,33 @@ def _parse_version(v: str) -> tuple[int, ...]:
     return tuple(out)
 
 
+def _in_range(version: tuple[int, ...], spec: str) -> bool:
+    """Whether ``version`` meets every ``>=x.y`` / ``<x.y`` clause of ``spec``."""
+    for clause in spec.split(","):
+        if clause.startswith(">="):
+            if version < _parse_version(clause[2:]):
+                return False
+        elif clause.startswith("<") and version >= _parse_version(clause[1:]):
+            return False
+    return True
+
+
+@cache
 def check_langgraph() -> None:
-    """Fail loudly unless the installed LangGraph offers the submit hook we rely on."""
-    fix = (
-        f"langgraph-deterministic's DeterministicRunner supports langgraph{SUPPORTED_LANGGRAPH}. "
-        f"Fix: pip install 'langgraph{SUPPORTED_LANGGRAPH}'."
-    )
-    try:
-        version = importlib.metadata.version("langgraph")
-    except importlib.metadata.PackageNotFoundError as exc:  # pragma: no cover
-        raise IncompatibleLangGraphError(f"langgraph is not installed. {fix}") from exc
-    parsed = _parse_version(version)
-    if not ((1, 2) <= parsed[:2] < (1, 3)):
-        raise IncompatibleLangGraphError(f"installed langgraph is {version}. {fix}")
-    try:
-        from langgraph._internal import _constants
-        from langgraph.pregel import main as pregel_main
-        from langgraph.types import PregelExecutableTask
-    except ImportError as exc:
-        raise IncompatibleLangGraphError(
-            f"langgraph {version} lacks the modules the runner hooks into ({exc}). {fix}"
-        ) from exc
-    if getattr(_constants, "CONFIG_KEY_RUNNER_SUBMIT", None) != _SUBMIT_KEY:
-        raise IncompatibleLangGraphError(
-            f"langgraph {version} no longer reads configurable[{_SUBMIT_KEY!r}]. {fix}"
-        )
-    try:
-        src = inspect.getsource(pregel_main.Pregel.astream)
-    except (OSError, TypeError):  # pragma: no cover - no sources shipped
-        src = "CONFIG_KEY_RUNNER_SUBMIT"
-    if "CONFIG_KEY_RUNNER_SUBMIT" not in src:
-        raise IncompatibleLangGraphError(
-            f"langgraph {version}'s Pregel.astream does not take its submit function from "
-            f"the config. {fix}"
-        )
-    fields = getattr(PregelExecutableTask, "__dataclass_fields__", {})
-    missing = {"name", "path", "config", "id"} - set(fields)
-    if missing:
-        raise IncompatibleLangGraphError(
-            f"langgraph {version}'s PregelExecutableTask lacks {sorted(missing)}. {fix}"
-        )
+    """Fail loudly unless the installed LangGraph offers the submit hook we rely on.
+
+    Checked once per process (cached): a runner is cheap to build, per handler call."""
+    if not _in_range(_parse_version(installed("langgraph")), SUPPORTED_LANGGRAPH):
+        raise incompatible("is outside the supported versions")
+    check_runner_hooks()
 
 
 def _path_repr(path: tuple[Any, ...]) -> str:
     if not path:
         return ""
-    if path[0] == "__pregel_pull":
+    if path[0] == PULL:
         return ""
-    rest = path[1:] if path[0] == "__pregel_push" else path
+    rest = path[1:] if path[0] == PUSH else path
     return "[" + ",".join(str(p) for p in rest) + "]"
 
 
@@ -142,6 +129,8 @@ class _SubmitScope:
     def __init__(self, key: str) -> None:
         self.key = key
         self.tasks: set[asyncio.Task[Any]] = set()
+        # Tasks submitted with __reraise_on_exit__ that failed, in submission order.
+        self.failed: dict[asyncio.Task[Any], None] = {}
 
     def get_submit(self) -> Callable[..., asyncio.Future[Any]]:
         return self.submit
@@ -182,7 +171,24 @@ class _SubmitScope:
         task = asyncio.get_running_loop().create_task(coro, name=__name__)
         self.tasks.add(task)
         task.add_done_callback(self.tasks.discard)
+        if __reraise_on_exit__:
+            task.add_done_callback(self._note_failure)
         return task
+
+    def _note_failure(self, task: asyncio.Task[Any]) -> None:
+        if not task.cancelled() and task.exception() is not None:
+            self.failed[task] = None
+
+    def reraise(self) -> None:
+        """What LangGraph's executor does when a run's loop exits without an error: raise
+        the first error of a task submitted with ``__reraise_on_exit__`` (an interrupt is
+        a signal, not an error; LangGraph marks the futures it re-raises elsewhere)."""
+        from langgraph.errors import GraphBubbleUp
+
+        for task in self.failed:
+            exc = task.exception()
+            if not isinstance(exc, GraphBubbleUp) and not skips_reraise(task):
+                raise cast(BaseException, exc)
 
     async def cancel_all(self) -> None:
         while self.tasks:
@@ -289,6 +295,7 @@ class DeterministicRunner:
             scheduler.start()
             try:
                 yield cfg
+                root.reraise()
             except BaseException as exc:
                 failed = exc
                 raise

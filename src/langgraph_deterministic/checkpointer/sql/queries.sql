@@ -50,14 +50,18 @@ FROM checkpoints c
 ORDER BY c.checkpoint_id DESC
 
 -- name: pending_sends
--- Checkpoints of format v < 4 kept pending Send packets as writes of their parent.
-SELECT checkpoint_id,
-       array_agg(type ORDER BY task_path, task_id, idx) AS types,
-       array_agg(blob ORDER BY task_path, task_id, idx) AS blobs
-FROM checkpoint_writes
-WHERE thread_id = %(thread_id)s AND checkpoint_id = ANY(%(checkpoint_ids)s)
-  AND channel = '__pregel_tasks'
-GROUP BY checkpoint_id
+-- Checkpoints of format v < 4 kept pending Send packets as writes of their parent. The
+-- parents are (thread, namespace, checkpoint) triples: a global list() returns many
+-- threads, and copy_thread gives two threads the same checkpoint ids.
+SELECT w.thread_id, w.checkpoint_ns, w.checkpoint_id,
+       array_agg(w.type ORDER BY w.task_path, w.task_id, w.idx) AS types,
+       array_agg(w.blob ORDER BY w.task_path, w.task_id, w.idx) AS blobs
+FROM (SELECT DISTINCT * FROM unnest(%(thread_ids)s::text[], %(checkpoint_ns)s::text[],
+                                    %(checkpoint_ids)s::text[]) AS p(thread_id, ns, id)) p
+JOIN checkpoint_writes w
+  ON w.thread_id = p.thread_id AND w.checkpoint_ns = p.ns AND w.checkpoint_id = p.id
+ AND w.channel = '__pregel_tasks'
+GROUP BY w.thread_id, w.checkpoint_ns, w.checkpoint_id
 
 -- name: upsert_blob
 INSERT INTO checkpoint_blobs (thread_id, checkpoint_ns, channel, version, type, blob)

@@ -1,0 +1,127 @@
+"""The LangChain callback that records a graph call's input (and releases its lease)."""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Awaitable, Callable, Iterable
+from typing import Any
+
+from langchain_core.callbacks import BaseCallbackHandler
+from langchain_core.runnables import RunnableConfig
+
+from langgraph_deterministic.checkpointer._fingerprint import input_fingerprint
+from langgraph_deterministic.checkpointer._ledger import HeldLease
+
+logger = logging.getLogger("langgraph_deterministic")
+
+
+class RunInputRecorder(BaseCallbackHandler):
+    """Records the input of the graph call made with a ``run_config`` config.
+
+    LangGraph reports the input to the root callback (``on_chain_start``) right before it
+    loads the thread's checkpoint, in the same thread or task; the saver reads the
+    fingerprint from this handler in that ``get_tuple`` and can refuse a mismatched or
+    duplicated input before a single node runs. It stores nothing and sends nothing.
+    """
+
+    run_inline = True
+    raise_error = False
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fingerprint: str | None = None
+        #: the lease this call's graph run was admitted with (set by the saver's core)
+        self.held: HeldLease | None = None
+        self._release: Callable[[str], Any] | None = None
+
+    def bind_release(
+        self, release: Callable[[str], Any] | Callable[[str], Awaitable[Any]], *, is_async: bool
+    ) -> None:
+        """Have ``release("ok" | "error")`` called when the graph call returns or raises.
+
+        LangGraph reports the root chain's end to its callbacks before ``invoke`` /
+        ``ainvoke`` returns, so the thread is free by the time the caller sees the
+        result. For an async run the hooks are coroutines (LangChain awaits them on the
+        event loop); for a sync run, plain calls.
+        """
+        self._release = release
+        if is_async:
+            self.on_chain_end = self._aend  # type: ignore[method-assign]
+            self.on_chain_error = self._aerror  # type: ignore[method-assign]
+        else:
+            self.on_chain_end = self._end  # type: ignore[method-assign]
+            self.on_chain_error = self._error  # type: ignore[method-assign]
+
+    def _take_release(self, parent_run_id: uuid.UUID | None) -> Callable[[str], Any] | None:
+        if parent_run_id is not None:
+            return None
+        release, self._release = self._release, None
+        self.held = None
+        return release
+
+    def _end(self, outputs: Any, *, parent_run_id: uuid.UUID | None = None, **kw: Any) -> None:
+        if (release := self._take_release(parent_run_id)) is not None:
+            release("ok")
+
+    def _error(
+        self, error: BaseException, *, parent_run_id: uuid.UUID | None = None, **kw: Any
+    ) -> None:
+        if (release := self._take_release(parent_run_id)) is not None:
+            release("error")
+
+    async def _aend(
+        self, outputs: Any, *, parent_run_id: uuid.UUID | None = None, **kw: Any
+    ) -> None:
+        if (release := self._take_release(parent_run_id)) is not None:
+            await release("ok")
+
+    async def _aerror(
+        self, error: BaseException, *, parent_run_id: uuid.UUID | None = None, **kw: Any
+    ) -> None:
+        if (release := self._take_release(parent_run_id)) is not None:
+            await release("error")
+
+    def on_chain_start(
+        self,
+        serialized: dict[str, Any] | None,
+        inputs: Any,
+        *,
+        run_id: uuid.UUID,
+        parent_run_id: uuid.UUID | None = None,
+        **kwargs: Any,
+    ) -> None:
+        if parent_run_id is not None:
+            return
+        try:
+            self.fingerprint = input_fingerprint(inputs)
+        except (TypeError, ValueError) as exc:
+            self.fingerprint = None
+            logger.warning(
+                "langgraph-deterministic cannot fingerprint this graph input (%s): a retry "
+                "with a different input under the same run_id will not be detected.",
+                exc,
+            )
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> RunInputRecorder:
+        return self  # configs get copied; the handler must stay the one LangGraph calls
+
+    def __copy__(self) -> RunInputRecorder:
+        return self
+
+
+def find_recorder(config: RunnableConfig) -> RunInputRecorder | None:
+    callbacks = config.get("callbacks")
+    if not callbacks:
+        return None
+    if isinstance(callbacks, list | tuple):
+        handlers: Iterable[Any] = callbacks
+    else:
+        handlers = [
+            *getattr(callbacks, "handlers", ()),
+            *getattr(callbacks, "inheritable_handlers", ()),
+        ]
+    for handler in handlers:
+        if isinstance(handler, RunInputRecorder):
+            return handler
+    return None

@@ -1,0 +1,90 @@
+"""Row mapping: checkpoint rows to LangGraph's tuples and back, and channel versions."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, cast
+
+from langchain_core.runnables import RunnableConfig
+from langgraph.checkpoint.base import Checkpoint, CheckpointTuple, PendingWrite, writes_sort_key
+from langgraph.checkpoint.serde.base import SerializerProtocol
+
+from langgraph_deterministic.errors import SerializationError
+
+
+@dataclass(slots=True)
+class Codec:
+    """(De)serialisation of channel values and writes, with errors that name the culprit."""
+
+    serde: SerializerProtocol
+    _loads: Any = field(init=False)
+
+    def __post_init__(self) -> None:
+        self._loads = self.serde.loads_typed
+
+    def dumps(self, what: str, value: Any) -> tuple[str, bytes]:
+        try:
+            return self.serde.dumps_typed(value)
+        except Exception as exc:  # the serde raises TypeError, msgpack errors, ...
+            raise SerializationError(
+                f"Cannot serialise {what} (a {type(value).__name__}): {exc}. Keep graph "
+                "state to JSON-like data, dataclasses, pydantic models and LangChain "
+                "messages, or pass a serde that handles this type "
+                "(e.g. JsonPlusSerializer(pickle_fallback=True)). Nothing was written."
+            ) from exc
+
+    def loads(self, type_: str, blob: bytes | None) -> Any:
+        return self._loads((type_, blob if blob is not None else b""))
+
+
+def config_for(thread_id: str, checkpoint_ns: str, checkpoint_id: str) -> RunnableConfig:
+    return {
+        "configurable": {
+            "thread_id": thread_id,
+            "checkpoint_ns": checkpoint_ns,
+            "checkpoint_id": checkpoint_id,
+        }
+    }
+
+
+def load_tuple(codec: Codec, row: Sequence[Any]) -> CheckpointTuple:
+    """A ``select_checkpoint`` row to a CheckpointTuple."""
+    (thread_id, ns, checkpoint_id, parent_id, checkpoint, metadata,
+     b_channels, b_types, b_blobs,
+     task_ids, w_channels, w_types, w_blobs, task_paths, idxs) = row  # fmt: skip
+    values = dict(checkpoint.get("channel_values") or {})
+    if b_channels:
+        for channel, type_, blob in zip(b_channels, b_types, b_blobs, strict=True):
+            if type_ != "empty":
+                values[channel] = codec.loads(type_, blob)
+    writes: list[PendingWrite] = []
+    if task_ids:
+        order = sorted(
+            range(len(task_ids)),
+            key=lambda i: writes_sort_key(task_paths[i], task_ids[i], idxs[i]),
+        )
+        writes = [(task_ids[i], w_channels[i], codec.loads(w_types[i], w_blobs[i])) for i in order]
+    return CheckpointTuple(
+        config=config_for(thread_id, ns, checkpoint_id),
+        checkpoint=cast(Checkpoint, {**checkpoint, "channel_values": values}),
+        metadata=metadata,
+        parent_config=config_for(thread_id, ns, parent_id) if parent_id else None,
+        pending_writes=writes,
+    )
+
+
+def next_version(current: str | int | None) -> str:
+    """Channel versions sort as strings: a zero-padded counter, then a random tiebreak.
+
+    The format is langgraph-checkpoint-postgres's, so either saver can continue a thread
+    the other wrote.
+    """
+    if current is None:
+        counter = 0
+    elif isinstance(current, int):
+        counter = current
+    else:
+        counter = int(current.split(".", 1)[0])
+    return f"{counter + 1:032}.{random.random():016}"

@@ -1,0 +1,79 @@
+"""The SQLSTATEs our SQL raises (defined once, here, for Python) and the errors they
+become. The plpgsql functions raise them with ``ERRCODE``; see docs/architecture.md."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from langgraph_deterministic.errors import (
+    ConcurrentRunError,
+    ConfigurationError,
+    DeterministicError,
+    RunSupersededError,
+)
+
+if TYPE_CHECKING:
+    from langgraph_deterministic.checkpointer.contract import CallInfo
+
+
+# Raised by the arbitration functions (lgd_guard_put / lgd_guard_writes / lgd_admit, ...).
+#: The parent checkpoint's child slot is taken (another attempt continued it first).
+SQLSTATE_CHILD_TAKEN = "LG409"
+#: Pending writes to a checkpoint another attempt has moved past.
+SQLSTATE_STALE_WRITE = "LG410"
+#: A checkpoint id that sorts before its parent's (the writer's clock is behind).
+SQLSTATE_CLOCK_BEHIND = "LG411"
+#: A Command applied again to a checkpoint its run wrote after applying it.
+SQLSTATE_COMMAND_REPLAY = "LG412"
+#: Another run took the thread's lease over.
+SQLSTATE_LEASED = "LG413"
+
+
+def translate_guard_error(exc: BaseException, info: CallInfo) -> DeterministicError | None:
+    """Our error for a failure of the guard statements, or None if it is something else."""
+    sqlstate = getattr(exc, "sqlstate", None)
+    diag = getattr(exc, "diag", None)
+    detail = getattr(diag, "message_detail", None) or ""
+    run = f"run {info.run_id!r}" if info.run_id else "a call without run id"
+    Run = run[0].upper() + run[1:]
+    if sqlstate == SQLSTATE_CHILD_TAKEN:
+        return ConcurrentRunError(
+            f"Another attempt got to thread {info.thread_id!r} first ({detail}): the "
+            f"checkpoint this attempt of {run} continues from has already been continued. "
+            "This attempt is a zombie or lost a race with a retry or with another run; its "
+            "checkpoint was not stored, so the thread's history stays linear and the other "
+            "writer's state is kept. Stop this attempt: do not retry it blindly -- a retry "
+            "with the same run_id resumes from what the winner stored. Make sure one call is "
+            "executed by one worker at a time (a lease, Temporal's activity heartbeat)."
+        )
+    if sqlstate == SQLSTATE_STALE_WRITE:
+        return ConcurrentRunError(
+            f"Another attempt has moved thread {info.thread_id!r} past the checkpoint these "
+            f"pending writes of {run} belong to ({detail}). They were not stored: this "
+            "attempt is a zombie or lost a race. Stop it; a retry with the same run_id "
+            "resumes from what the winner stored."
+        )
+    if sqlstate == SQLSTATE_LEASED:
+        return ConcurrentRunError(
+            f"{Run} was stopped on thread {info.thread_id!r}: another run took the thread over "
+            f"({detail}) -- multitask_strategy 'interrupt' or 'rollback', or a run admitted "
+            "after this attempt's lease expired. This write was not stored. Stop this "
+            "attempt; the thread continues with the other run."
+        )
+    if sqlstate == SQLSTATE_CLOCK_BEHIND:
+        return ConfigurationError(
+            f"{Run} on thread {info.thread_id!r} wrote a checkpoint whose id sorts before "
+            f"its parent's ({detail}). LangGraph loads a thread's greatest checkpoint id, so "
+            "it would never be read again. Checkpoint ids carry the writer's clock: this "
+            "machine's clock is behind the one that wrote the parent. Sync the clocks (NTP) "
+            "and retry. Nothing was written."
+        )
+    if sqlstate == SQLSTATE_COMMAND_REPLAY:
+        return RunSupersededError(
+            f"{Run} on thread {info.thread_id!r} tried to apply a Command to a "
+            "checkpoint the same run wrote after applying it once: a duplicate delivery of "
+            "the same Command(resume/update/goto). It was refused so it cannot answer a "
+            "later interrupt. Build configs with run_config(...) so duplicates are refused "
+            "before anything runs; send a new answer under a new run_id."
+        )
+    return None

@@ -1,0 +1,53 @@
+"""psycopg errors mapped to ours, where we can name the fix."""
+
+from __future__ import annotations
+
+import psycopg
+import psycopg.errors
+
+from langgraph_deterministic.errors import (
+    ConfigurationError,
+    DatabaseUnavailableError,
+    DeterministicError,
+    SchemaNotReadyError,
+)
+
+# SQLSTATE classes of a failure to reach or log in to the server. Other operational errors
+# (deadlocks, serialization failures, cancellations) are not about reachability and keep
+# their own type, so callers can retry them.
+_CONNECTION_SQLSTATES = ("08", "28", "3D000", "57P01", "57P02", "57P03")
+
+
+def _is_connection_failure(exc: psycopg.OperationalError) -> bool:
+    state = exc.sqlstate
+    return state is None or state.startswith(_CONNECTION_SQLSTATES)
+
+
+def translate_error(exc: BaseException) -> BaseException:
+    """Map a psycopg error to ours where we can name the fix; else return it unchanged."""
+    if isinstance(exc, DeterministicError):
+        return exc
+    if isinstance(exc, psycopg.errors.UndefinedTable | psycopg.errors.UndefinedColumn):
+        return SchemaNotReadyError(
+            f"The checkpoint tables are missing or out of date ({exc.diag.message_primary}). "
+            "Run `saver.setup()` (or `await saver.asetup()`, or the CLI "
+            "`langgraph-deterministic migrate`) once against this database before use."
+        )
+    if isinstance(exc, psycopg.OperationalError) and _is_connection_failure(exc):
+        # The server's (or the pooler's) own reason is in the message: keep it whole.
+        reason = str(exc).strip()
+        if "authentication failed" in reason or (exc.sqlstate or "").startswith("28"):
+            return DatabaseUnavailableError(
+                f"Postgres refused the login: {reason}. Check the user and password in the "
+                "DSN (and the pooler's userlist, behind PgBouncer)."
+            )
+        return DatabaseUnavailableError(
+            f"Could not reach Postgres: {reason}. Check that the server is "
+            "running and that the DSN (host, port, user, password, dbname) is right."
+        )
+    if isinstance(exc, psycopg.ProgrammingError) and "conninfo" in str(exc).lower():
+        return ConfigurationError(
+            f"The connection string is not valid: {exc}. Pass a libpq URI such as "
+            "'postgresql://user:password@host:5432/dbname' or a 'key=value' string."
+        )
+    return exc

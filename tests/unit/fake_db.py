@@ -1,0 +1,156 @@
+"""An in-memory stand-in for Postgres that drives the saver's sans-I/O core.
+
+The core's operations are generators that yield :class:`~Batch` es and receive one
+result per statement (see ``checkpointer/_batch.py``). :class:`FakeDb` answers them from
+handlers keyed by the name of the query each statement runs (its ``-- name:`` block in
+``sql/queries.sql``), records every batch, and raises what a handler returns as an
+exception, so a test can feed canned rows and guard errors (``LG409``-``LG413``) to the
+very code the sync and async drivers run, without a server.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
+
+from langgraph_deterministic.checkpointer._batch import Batch, Operation, Results, Statement, run
+from langgraph_deterministic.checkpointer._queries import queries
+from langgraph_deterministic.checkpointer._rows import Codec
+
+CODEC = Codec(JsonPlusSerializer())
+
+Handler = Callable[[Any], Any]
+
+
+def query_name(sql: str) -> str:
+    """The ``queries.sql`` block a statement comes from (or ``LISTEN``/``UNLISTEN``)."""
+    if sql.startswith(("LISTEN ", "UNLISTEN ")):
+        return sql.split(" ", 1)[0].lower()
+    blocks = queries()
+    for name, text in blocks.items():
+        if sql == text:
+            return name
+    if "FROM (SELECT c.thread_id" in sql:
+        return "list"
+    # Composed statements: a block with {placeholders} filled in, or a block with a WHERE
+    # clause appended (select_checkpoint). The longest matching head wins.
+    best, best_len = "", 0
+    for name, text in blocks.items():
+        head = text.split("{", 1)[0]
+        if head and sql.startswith(head) and len(head) > best_len:
+            best, best_len = name, len(head)
+    if not best:
+        raise AssertionError(f"statement from no known query block:\n{sql[:300]}")
+    return best
+
+
+@dataclass
+class PgError(Exception):
+    """What psycopg raises for a RAISE ... USING ERRCODE in our plpgsql guards."""
+
+    sqlstate: str
+    detail: str = ""
+    diag: Any = field(init=False)
+
+    def __post_init__(self) -> None:
+        super().__init__(f"{self.sqlstate}: {self.detail}")
+        self.diag = type("Diag", (), {"message_detail": self.detail, "message_primary": ""})()
+
+
+@dataclass
+class FakeDb:
+    """Answers batches from ``handlers[name](params)``; unknown reads return no rows."""
+
+    handlers: dict[str, Handler | list[Any]] = field(default_factory=dict)
+    batches: list[Batch] = field(default_factory=list)
+
+    def on(self, name: str, *answers: Any) -> FakeDb:
+        """Answer the statements of query ``name`` with ``answers`` in turn (the last one
+        repeats); an answer is rows, ``None``, an exception to raise, or a callable of the
+        statement's params returning one of those."""
+        self.handlers[name] = list(answers)
+        return self
+
+    def execute(self, batch: Batch) -> Results:
+        self.batches.append(batch)
+        if batch.wait is not None:
+            return []
+        results: Results = []
+        for statement in batch.statements:
+            name = query_name(statement.sql)
+            answers = self.handlers.get(name)
+            if answers is None:
+                results.append([] if statement.fetch else None)
+                continue
+            assert isinstance(answers, list)
+            answer = answers.pop(0) if len(answers) > 1 else answers[0]
+            if callable(answer) and not isinstance(answer, BaseException):
+                answer = answer(statement.params)
+            if isinstance(answer, BaseException):
+                raise answer
+            results.append(answer)
+        return results
+
+    def run(self, operation: Operation[Any]) -> Any:
+        return run(operation, self.execute)
+
+    # -- reading what was sent -------------------------------------------------------
+
+    def statements(self) -> Iterator[tuple[str, Statement]]:
+        for batch in self.batches:
+            for statement in batch.statements:
+                yield query_name(statement.sql), statement
+
+    def names(self) -> list[list[str]]:
+        """Per batch, the names of its statements (``wait`` for a NOTIFY wait)."""
+        return [
+            ["wait"] if b.wait is not None else [query_name(s.sql) for s in b.statements]
+            for b in self.batches
+        ]
+
+    def sent(self, name: str) -> list[Statement]:
+        return [s for n, s in self.statements() if n == name]
+
+
+def checkpoint_row(
+    checkpoint_id: str,
+    *,
+    thread_id: str = "t1",
+    ns: str = "",
+    parent: str | None = None,
+    v: int = 4,
+    values: dict[str, Any] | None = None,
+    versions: dict[str, str] | None = None,
+    metadata: dict[str, Any] | None = None,
+    blobs: Sequence[tuple[str, Any]] = (),
+    writes: Sequence[tuple[str, str, Any, str, int]] = (),
+) -> tuple[Any, ...]:
+    """A ``select_checkpoint`` row: the checkpoint JSON, blob arrays (channel, value) and
+    write arrays (task_id, channel, value, task_path, idx), as Postgres returns them."""
+    checkpoint = {
+        "v": v,
+        "id": checkpoint_id,
+        "ts": "2026-12-01T00:00:00+00:00",
+        "channel_values": dict(values or {}),
+        "channel_versions": dict(versions or {}),
+        "versions_seen": {},
+    }
+    b = [(ch, *CODEC.dumps(ch, value)) for ch, value in blobs]
+    w = [(task, ch, *CODEC.dumps(ch, value), path, idx) for task, ch, value, path, idx in writes]
+    return (
+        thread_id, ns, checkpoint_id, parent, checkpoint, dict(metadata or {}),
+        [x[0] for x in b] or None, [x[1] for x in b] or None, [x[2] for x in b] or None,
+        [x[0] for x in w] or None, [x[1] for x in w] or None, [x[2] for x in w] or None,
+        [x[3] for x in w] or None, [x[4] for x in w] or None, [x[5] for x in w] or None,
+    )  # fmt: skip
+
+
+def sends_row(
+    parent: str, packets: Sequence[Any], *, thread_id: str = "t1", ns: str = ""
+) -> tuple[Any, ...]:
+    """A ``pending_sends`` row: the TASKS writes a v < 4 parent checkpoint holds."""
+    dumped = [CODEC.dumps("send", p) for p in packets]
+    return (thread_id, ns, parent, [t for t, _ in dumped], [b for _, b in dumped])
