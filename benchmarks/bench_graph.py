@@ -14,8 +14,11 @@ connections, opened full, LangGraph's documented settings ``autocommit=True,
 prepare_threshold=0, row_factory=dict_row``): one sync pool for sync runs, one async pool
 for async runs, per network. Networks: ``direct`` (the server's own address, a unix socket
 for the embedded Postgres) and ``1ms`` (through delay_proxy.py, a TCP proxy in a child
-process adding ``--delay-ms`` to each direction; the round trip it really adds is
-measured and printed).
+process adding ``--rtt-ms`` (default 1) to every round trip, half each way; the round
+trip it really adds is measured and printed). ``--ab`` adds a fourth side,
+``ours_percall``: DeterministicSaver with ``buffer_writes=False`` (a commit per
+``put_writes``), the measure of folding a superstep's writes into its checkpoint's
+transaction.
 
 Workloads, per network: ``graph_sync`` (invoke, one at a time), ``graph_async`` (ainvoke,
 one at a time = concurrency 1), ``graph_async_c8`` / ``graph_async_c32`` (8 / 32 tasks
@@ -67,10 +70,7 @@ else:
     from .harness import Sample, Timer, percentile, process_cpu_s
 
 import psycopg
-from langgraph.checkpoint.base import BaseCheckpointSaver
-from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.checkpoint.postgres import PostgresSaver
-from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
@@ -83,7 +83,9 @@ from devtools.postgres import (
 )
 from langgraph_deterministic import DeterministicSaver
 
-SIDES = ("ours", "peer", "memory")
+SIDES: tuple[str, ...] = ("ours", "peer", "memory")
+# --ab adds ours with per-call commits (buffer_writes=False): the gain of folding writes
+AB_SIDE = b.GRAPH_SIDES[1]
 NETS = ("direct", "1ms")
 # LangGraph's documented connection settings; both savers share these pools.
 POOL_KWARGS: dict[str, Any] = b.PEER_POOL_KWARGS
@@ -144,8 +146,7 @@ def ours_takes_langgraph_settings(dsn: str, policy: str) -> str | None:
     """None if DeterministicSaver runs a graph on a connection with LangGraph's settings
     (dict_row), else the error it raised."""
     with psycopg.connect(dsn, **POOL_KWARGS) as conn:
-        saver = DeterministicSaver(conn, run_id_policy=policy)  # type: ignore[arg-type]
-        graph = b.build_graph(False).compile(checkpointer=saver)
+        graph = b.compile_graph("ours", conn, policy=policy)
         try:
             graph.invoke(b.graph_input(), b.graph_config("ours"), durability="sync")
         except Exception as exc:  # any failure means: cannot share
@@ -171,14 +172,13 @@ async def open_net(name: str, dsn: str, size: int, policy: str, shared: bool) ->
     net.pids = await b._backend_pids(pool, apool, size)
     if not shared:
         net.pids += await b._backend_pids(o_pool, o_apool, size)
-    savers: dict[tuple[str, bool], BaseCheckpointSaver[Any]] = {
-        ("ours", True): DeterministicSaver(o_pool, run_id_policy=policy),  # type: ignore[arg-type]
-        ("ours", False): DeterministicSaver(o_apool, run_id_policy=policy),  # type: ignore[arg-type]
-        ("peer", True): PostgresSaver(pool),  # type: ignore[arg-type]
-        ("peer", False): AsyncPostgresSaver(apool),  # type: ignore[arg-type]
-    }
-    for (side, sync), saver in savers.items():
-        net.graphs[side, sync] = b.build_graph(not sync).compile(checkpointer=saver)
+    for side in ("ours", AB_SIDE, "peer"):
+        for sync in (True, False):
+            ours = side != "peer"
+            conn = (o_pool if sync else o_apool) if ours else (pool if sync else apool)
+            net.graphs[side, sync] = b.compile_graph(
+                side, conn, asynchronous=not sync, policy=policy
+            )
     return net
 
 
@@ -192,7 +192,7 @@ async def close_net(net: Net) -> None:
 
 def graph_for(net: Net, side: str, sync: bool) -> Any:
     if side == "memory":  # fresh per sample: InMemorySaver keeps every checkpoint
-        return b.build_graph(not sync).compile(checkpointer=InMemorySaver())
+        return b.compile_graph("memory", asynchronous=not sync)
     return net.graphs[side, sync]
 
 
@@ -236,8 +236,8 @@ async def run_sample(w: Workload, net: Net, side: str, ops: int) -> Sample:
 
 def supersteps_per_run() -> int:
     """Checkpoints one run writes (the input step -1, each superstep after it)."""
-    saver = InMemorySaver()
-    graph = b.build_graph(False).compile(checkpointer=saver)
+    graph = b.compile_graph("memory")
+    saver = graph.checkpointer
     config = b.graph_config("memory")
     graph.invoke(b.graph_input(), config, durability="sync")
     return len(
@@ -245,20 +245,17 @@ def supersteps_per_run() -> int:
     )
 
 
-def traced_round_trips(dsn: str, policy: str, shared: bool) -> dict[str, dict[str, float]]:
+def traced_round_trips(
+    dsn: str, policy: str, shared: bool, sides: Sequence[str] = ("ours", "peer")
+) -> dict[str, dict[str, float]]:
     """Exact protocol counts of one sync graph run per Postgres side, each on one
     connection with the pool's settings (calls then share it one at a time, so every
     round trip is serial)."""
     out = {}
-    for side in ("ours", "peer"):
+    for side in sides:
         kwargs = POOL_KWARGS if shared or side == "peer" else b.OURS_POOL_KWARGS
         with psycopg.connect(dsn, **kwargs) as conn:
-            saver: BaseCheckpointSaver[Any] = (
-                DeterministicSaver(conn, run_id_policy=policy)  # type: ignore[arg-type]
-                if side == "ours"
-                else PostgresSaver(conn)  # type: ignore[arg-type]
-            )
-            graph = b.build_graph(False).compile(checkpointer=saver)
+            graph = b.compile_graph(side, conn, policy=policy)
             for _ in range(2):  # warm up: prepared statements, caches
                 graph.invoke(b.graph_input(), b.graph_config(side), durability="sync")
             config = b.graph_config(side)
@@ -371,11 +368,14 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--quick", action="store_true", help="smoke run: 1 run per sample")
     parser.add_argument("--only", default="", help=f"comma-separated subset of {WORKLOAD_NAMES}")
     parser.add_argument("--nets", default="direct,1ms", help="comma-separated subset of direct,1ms")
-    parser.add_argument("--delay-ms", type=float, default=1.0, help="proxy delay per direction")
+    parser.add_argument("--rtt-ms", type=float, default=1.0, help="proxy delay per round trip")
     parser.add_argument("--pool-size", type=int, default=10)
     parser.add_argument("--run-id-policy", default="require", choices=["require", "warn", "off"])
     parser.add_argument("--scale", type=float, default=1.0, help="multiply runs per sample")
     parser.add_argument("--json", type=Path, default=None, help="also write results as JSON")
+    parser.add_argument(
+        "--ab", action="store_true", help=f"add side {AB_SIDE}: ours with buffer_writes=False"
+    )
     args = parser.parse_args(argv)
     args.only = [n for n in args.only.split(",") if n]
     if unknown := sorted(set(args.only) - set(WORKLOAD_NAMES)):
@@ -405,7 +405,7 @@ async def run_rounds(args: argparse.Namespace, nets: dict[str, Net]) -> list[Cel
             await warm(c)
     for r in range(args.rounds):
         started = time.perf_counter()
-        order = SIDES[r % 3 :] + SIDES[: r % 3]
+        order = SIDES[r % len(SIDES) :] + SIDES[: r % len(SIDES)]
         for c in cells:
             for side in order:
                 gc.collect()
@@ -418,7 +418,10 @@ async def run_rounds(args: argparse.Namespace, nets: dict[str, Net]) -> list[Cel
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    global SIDES
     args = parse_args(argv)
+    if args.ab:
+        SIDES = (*SIDES, AB_SIDE)
     url, server = ensure_database_url()
     databases: list[str] = []
     stop_proxy: Callable[[], None] | None = None
@@ -435,7 +438,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if "1ms" in args.nets:
             unix, host, port = unix_socket(dsn)
             proxy_port, stop_proxy = delay_proxy.start(
-                unix=unix, host=host, port=port, delay_ms=args.delay_ms
+                unix=unix, host=host, port=port, rtt_ms=args.rtt_ms
             )
             dsns["1ms"] = make_conninfo(dsn, host="127.0.0.1", port=str(proxy_port))
         rtt = {n: measured_rtt_ms(dsns[n]) for n in args.nets}
@@ -457,11 +460,13 @@ def main(argv: Sequence[str] | None = None) -> int:
               f"python {platform.python_version()}, {os.cpu_count()} CPUs\n"
               f"# SELECT 1 round trip: "
               + ", ".join(f"{n} {rtt[n]:.3f} ms" for n in args.nets)
-              + (f" (proxy adds {added_rtt:.3f} ms, {args.delay_ms:g} ms each way asked)"
+              + (f" (proxy adds {added_rtt:.3f} ms, {args.rtt_ms:g} ms asked)"
                  if added_rtt is not None else ""), flush=True)  # fmt: skip
 
         steps = supersteps_per_run()
-        traced = traced_round_trips(dsn, args.run_id_policy, shared)
+        traced = traced_round_trips(
+            dsn, args.run_id_policy, shared, [s for s in SIDES if s != "memory"]
+        )
 
         async def go() -> list[Cell]:
             nets = {
@@ -486,14 +491,28 @@ def main(argv: Sequence[str] | None = None) -> int:
             "srv = the pool's Postgres backends"
         )
         print(format_cpu(cells))
+        if args.ab:
+            print(f"\nA/B: ours (writes folded into the put) vs {AB_SIDE} (a commit per call)")
+            for c in cells:
+                ab = c.ratios(AB_SIDE)
+                (oc, os_), (ac, as_) = c.cpu_ms("ours"), c.cpu_ms(AB_SIDE)
+                cpu = (
+                    f"cpu {oc:.1f}+{os_:.1f} vs {ac:.1f}+{as_:.1f} ms"
+                    if os_ is not None and as_ is not None
+                    else f"client cpu {oc:.1f} vs {ac:.1f} ms"
+                )
+                print(
+                    f"  {c.workload.name:<16} {c.net:<6} {c.ratio(AB_SIDE):.2f}x "
+                    f"({min(ab):.2f}-{max(ab):.2f}x)  p50 {c.p50_ms('ours'):.1f} vs "
+                    f"{c.p50_ms(AB_SIDE):.1f} ms  {cpu}"
+                )
         print(
             f"\nround trips (libpq trace of one sync run on one connection; {steps} "
             "checkpoints = supersteps per run incl. the input step):"
         )
-        for side in ("ours", "peer"):
-            t = traced[side]
+        for side, t in traced.items():
             print(
-                f"  {side:<5} {t['rt']:>4.0f} round trips/run = {t['rt'] / steps:.2f}/superstep; "
+                f"  {side:<12} {t['rt']:>4.0f} round trips/run = {t['rt'] / steps:.2f}/superstep; "
                 f"{t['stmts']:.0f} statements, {t['parse']:.0f} parsed, {t['kb_out']:.1f} KB sent"
             )
         serial: dict[str, dict[str, float]] = {}

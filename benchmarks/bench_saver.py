@@ -87,11 +87,13 @@ from langchain_core.messages import AIMessage, AnyMessage, HumanMessage
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import BaseCheckpointSaver, Checkpoint
 from langgraph.checkpoint.base.id import uuid6
+from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.checkpoint.postgres import PostgresSaver
 from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
 from langgraph.graph import END, START, StateGraph
 from langgraph.graph.message import add_messages
 from langgraph.types import Send
+from psycopg import AsyncConnection
 from psycopg.rows import dict_row
 from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
@@ -218,12 +220,39 @@ def graph_input() -> dict[str, list[AnyMessage]]:
     return {"messages": [HumanMessage(_text(5000, "in"))]}
 
 
+#: Sides of the graph benchmarks: ``ours_percall`` is ours with ``buffer_writes=0`` (a
+#: commit per put_writes), for A/B runs of folding a superstep's writes into its put.
+GRAPH_SIDES = ("ours", "ours_percall", "peer", "memory")
+
+
+def graph_saver(side: str, conn: Any = None, *, policy: str = "require") -> Any:
+    """The checkpointer of one side of the graph benchmarks over ``conn`` (a connection
+    or a pool, sync or async: the peer's class follows it)."""
+    if side == "memory":
+        return InMemorySaver()  # callers make a fresh one per sample: it keeps everything
+    if side == "peer":
+        if isinstance(conn, AsyncConnectionPool | AsyncConnection):
+            return AsyncPostgresSaver(conn)
+        return PostgresSaver(conn)
+    assert side in ("ours", "ours_percall"), side
+    return DeterministicSaver(
+        conn, run_id_policy=policy, buffer_writes=0 if side == "ours_percall" else 0.05
+    )
+
+
+def compile_graph(
+    side: str, conn: Any = None, *, asynchronous: bool = False, policy: str = "require"
+) -> Any:
+    """The benchmark graph compiled with ``graph_saver(side, conn)``."""
+    return build_graph(asynchronous).compile(checkpointer=graph_saver(side, conn, policy=policy))
+
+
 def graph_config(side: str) -> RunnableConfig:
     """A fresh thread and run id per run. Ours gets its config from ``run_config()`` (what
     the retry contract asks of users: it adds an input-fingerprint callback); the peer gets
     the same thread/run ids as plain config, as its users would pass them."""
     thread_id, run_id = f"{side}-graph-{uuid.uuid4()}", str(uuid.uuid4())
-    if side == "ours":
+    if side.startswith("ours"):
         return run_config(thread_id, run_id)
     return {
         "configurable": {"thread_id": thread_id, "run_id": run_id},

@@ -209,7 +209,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         # runs use run_config() and the policy under test.
         ours = DeterministicSaver(c_ours, run_id_policy="off")
         ours.setup()
-        ours_graph = DeterministicSaver(c_ours, run_id_policy=args.policy)  # type: ignore[arg-type]
+        ours_graph = b.graph_saver("ours", c_ours, policy=args.policy)
         peer = PostgresSaver(c_peer)  # type: ignore[arg-type]
         peer.setup()
         subjects = [Subject("ours", ours, ours_graph, c_ours), Subject("peer", peer, peer, c_peer)]

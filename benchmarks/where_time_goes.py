@@ -50,7 +50,6 @@ else:
     from .harness import process_cpu_s
 
 import psycopg
-from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.checkpoint.postgres import PostgresSaver
 
 from devtools.postgres import (
@@ -88,7 +87,7 @@ class Side:
         self.label = label or name
         self.conn: psycopg.Connection[Any] | None = None
         if name == "memory":
-            self.graph = b.build_graph(False).compile(checkpointer=InMemorySaver())
+            self.graph = b.compile_graph("memory")
             self.pid = None
             return
         assert dsn is not None
@@ -96,22 +95,20 @@ class Side:
             self.conn = psycopg.connect(dsn, **b.OURS_POOL_KWARGS)
             if label is None:
                 DeterministicSaver(self.conn).setup()
-            saver: Any = DeterministicSaver(self.conn, run_id_policy="require")
         else:
             self.conn = psycopg.connect(dsn, **b.PEER_POOL_KWARGS)
-            saver = PostgresSaver(self.conn)  # type: ignore[arg-type]
             if label is None:
-                saver.setup()
+                PostgresSaver(self.conn).setup()  # type: ignore[arg-type]
         if self.label.endswith("async-commit"):  # commits without waiting for the WAL flush
             self.conn.execute("SET synchronous_commit = off")
-        self.graph = b.build_graph(False).compile(checkpointer=saver)
+        self.graph = b.compile_graph(name, self.conn)
         self.pid = self.conn.info.backend_pid
         self.dsn, self.dbname = dsn, database_name(dsn)
 
     def runs(self, n: int) -> Callable[[], None]:
         configs = [b.graph_config(self.name) for _ in range(n)]
         if self.name == "memory":  # a fresh saver: it keeps every checkpoint
-            self.graph = b.build_graph(False).compile(checkpointer=InMemorySaver())
+            self.graph = b.compile_graph("memory")
 
         def go() -> None:
             for config in configs:

@@ -420,52 +420,79 @@ def test_secrets_stay_out_of_stored_metadata(db: str, saver: DeterministicSaver)
 
 
 def test_contract_adds_no_round_trip_to_writes_or_reads(db: str) -> None:
-    """Every saver call a graph run makes is exactly one round trip (one batch), with the
-    contract on: the guard statements ride in the write's own pipeline, the start check in
-    the head read."""
+    """The round trips of a graph run, exactly, with the contract on: one per get_tuple
+    (the lease is taken in the head read's pipeline), one per put (the guard rides in the
+    write's own statement), none for pending writes (they ride in the pipeline and
+    transaction of the put that ends their superstep, in the subgraph's namespace too),
+    plus one per run: the release when it returns. On a new thread (no attempt token in
+    LangGraph's configs yet) as on a continued one. With ``buffer_writes=False`` every
+    put_writes is a round trip of its own."""
     from langgraph_deterministic.checkpointer import _batch
     from langgraph_deterministic.checkpointer._drivers import execute as _execute
 
-    batches: list[str] = []
-    calls: Counter[str] = Counter()
+    def counted_saver(buffer_writes: bool) -> tuple[DeterministicSaver, list[str], Counter[str]]:
+        batches: list[str] = []
+        calls: Counter[str] = Counter()
 
-    class Counted(DeterministicSaver):
-        def _run(self, operation: Any) -> Any:
-            with psycopg.connect(db, autocommit=True) as conn:
+        class Counted(DeterministicSaver):
+            def _run(self, operation: Any) -> Any:
+                with psycopg.connect(db, autocommit=True) as conn:
 
-                def execute(batch: Any) -> Any:
-                    guarded = any("lgd_" in st.sql for st in batch.statements)
-                    release = any("lgd_release_v3" in st.sql for st in batch.statements)
-                    batches.append("release" if release else "guarded" if guarded else "plain")
-                    return _execute(conn, batch)
+                    def execute(batch: Any) -> Any:
+                        sqls = [st.sql for st in batch.statements]
+                        writes = sum("INTO checkpoint_writes" in sql for sql in sqls)
+                        if any("lgd_release_v3" in sql for sql in sqls):
+                            kind = "release"
+                        elif any("lgd_put_checkpoint" in sql for sql in sqls):
+                            kind = "put+writes" if writes else "put"
+                        elif writes:
+                            kind = "writes"
+                        else:
+                            kind = "read"
+                        batches.append(kind)
+                        return _execute(conn, batch)
 
-                return _batch.run(operation, execute)
+                    return _batch.run(operation, execute)
 
-        def get_tuple(self, config: RunnableConfig) -> Any:
-            calls["get_tuple"] += 1
-            return super().get_tuple(config)
+            def get_tuple(self, config: RunnableConfig) -> Any:
+                calls["get_tuple"] += 1
+                return super().get_tuple(config)
 
-        def put(self, *args: Any) -> Any:
-            calls["put"] += 1
-            return super().put(*args)
+            def put(self, *args: Any) -> Any:
+                calls["put"] += 1
+                return super().put(*args)
 
-        def put_writes(self, *args: Any, **kwargs: Any) -> None:
-            calls["put_writes"] += 1
-            super().put_writes(*args, **kwargs)
+            def put_writes(self, config: RunnableConfig, *args: Any, **kwargs: Any) -> None:
+                sub = bool(config["configurable"].get("checkpoint_ns"))
+                calls["put_writes_sub" if sub else "put_writes_root"] += 1
+                super().put_writes(config, *args, **kwargs)
 
-    with Counted(db) as counted:
-        graph = build_pipeline(db).compile(checkpointer=counted)
-        graph.invoke(ask("q"), run_config("cost", "A"), durability="sync")
-        batches.clear()
-        calls.clear()
-        graph.invoke(ask("q2"), run_config("cost", "B"), durability="sync")
-        assert calls["put"] >= 5 and calls["put_writes"] >= 5
-        # One round trip per saver call (the lease is taken in the head read's pipeline
-        # and renewed inside the writes), plus one per run: the release when it returns.
-        assert len(batches) == sum(calls.values()) + 1
-        assert batches.count("release") == 1 and batches[-1] == "release"
-        # Every write carries its guard (the contract is on), in that same round trip.
-        assert batches.count("guarded") >= calls["put"] + calls["put_writes"]
+        return Counted(db, buffer_writes=buffer_writes), batches, calls
+
+    for buffer_writes in (True, False):
+        saver, batches, calls = counted_saver(buffer_writes)
+        with saver:
+            graph = build_pipeline(db).compile(checkpointer=saver)
+            thread = f"cost-{buffer_writes}"
+            for n, run_id in enumerate(("A", "B")):  # a new thread, then a continued one
+                batches.clear()
+                calls.clear()
+                graph.invoke(ask(f"q{n}"), run_config(thread, run_id), durability="sync")
+                assert calls["put"] >= 5 and calls["put_writes_root"] >= 5
+                assert calls["put_writes_sub"] >= 2
+                assert batches.count("release") == 1 and batches[-1] == "release"
+                assert batches.count("read") == calls["get_tuple"]
+                if buffer_writes:
+                    assert len(batches) == calls["get_tuple"] + calls["put"] + 1, batches
+                    assert batches.count("writes") == 0, batches
+                    # every put but the two input checkpoints (root, subgraph) carries the
+                    # writes of the superstep it ends
+                    assert batches.count("put+writes") == calls["put"] - 2, batches
+                else:
+                    assert len(batches) == sum(calls.values()) + 1, batches
+                    assert batches.count("writes") == (
+                        calls["put_writes_root"] + calls["put_writes_sub"]
+                    )
 
 
 def test_a_checkpoint_id_sorting_before_its_parent_is_refused(

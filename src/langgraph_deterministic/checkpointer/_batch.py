@@ -60,6 +60,43 @@ Results = list[list[tuple[Any, ...]] | None]
 Operation = Generator[Batch, Results, T]
 
 
+def store(statements: Sequence[Statement]) -> Operation[None]:
+    """Write ``statements`` in one transaction."""
+    yield Batch.write(*statements)
+
+
+def writes_first(operation: Operation[T], first: Sequence[Statement]) -> Operation[T]:
+    """``operation`` with ``first`` (buffered pending writes, see ``_writebuffer``) sent
+    ahead of its first batch, a write, in the same transaction: both land or neither.
+
+    A failure of the combined batch is thrown into ``operation``, which translates it as
+    its own (the writes belong to the same run and thread, so the cause is the same)."""
+    try:
+        batch = next(operation)
+    except StopIteration as stop:
+        if first:
+            yield Batch.write(*first)
+        return stop.value  # type: ignore[no-any-return]
+    if first:
+        assert batch.atomic, "writes_first: the operation must start with a write"
+        batch = Batch(tuple(first) + batch.statements, atomic=True, isolation=batch.isolation)
+    skip = len(first)
+    while True:
+        try:
+            results = yield batch
+        except BaseException as exc:
+            try:
+                batch = operation.throw(exc)
+            except StopIteration as stop:
+                return stop.value  # type: ignore[no-any-return]
+        else:
+            try:
+                batch = operation.send(results[skip:])
+            except StopIteration as stop:
+                return stop.value  # type: ignore[no-any-return]
+        skip = 0
+
+
 def run(operation: Operation[T], execute: Callable[[Batch], Results]) -> T:
     """Drive ``operation`` with a synchronous ``execute(batch) -> results``.
 

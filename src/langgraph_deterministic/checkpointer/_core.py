@@ -825,5 +825,3 @@ def put_batch(
                 raise ours from None
         raise
     return None
-
-

@@ -23,7 +23,7 @@ from collections.abc import Awaitable, Callable
 from langchain_core.runnables import RunnableConfig
 
 from langgraph_deterministic.checkpointer import _core
-from langgraph_deterministic.checkpointer._batch import Operation
+from langgraph_deterministic.checkpointer._batch import Operation, Statement, writes_first
 from langgraph_deterministic.checkpointer.contract import HeldLease, find_recorder
 
 logger = logging.getLogger("langgraph_deterministic")
@@ -37,8 +37,11 @@ class LeaseKeeper:
         run: Callable[[Operation[None]], None],
         arun: Callable[[Operation[None]], Awaitable[None]],
         ttl: Callable[[], float],
+        pending: Callable[[str], list[Statement]] = lambda attempt: [],
     ) -> None:
         self._run, self._arun, self._ttl = run, arun, ttl
+        # the run's pending writes still waiting (see _writebuffer): stored with the release
+        self._pending = pending
         self._held: dict[str, HeldLease] = {}
         self._lock = threading.Lock()
         self._wake = threading.Event()
@@ -55,14 +58,28 @@ class LeaseKeeper:
 
             async def arelease(ended: str) -> None:
                 self.forget(held)
-                await self._arun(_core.release_lease(held, ended))
+                writes = self._pending(held.attempt)
+                try:
+                    await self._arun(writes_first(_core.release_lease(held, ended), writes))
+                except Exception:
+                    if not writes:
+                        raise
+                    _lost(held, len(writes))
+                    await self._arun(_core.release_lease(held, ended))
 
             recorder.bind_release(arelease, is_async=True)
         else:
 
             def release(ended: str) -> None:
                 self.forget(held)
-                self._run(_core.release_lease(held, ended))
+                writes = self._pending(held.attempt)
+                try:
+                    self._run(writes_first(_core.release_lease(held, ended), writes))
+                except Exception:
+                    if not writes:
+                        raise
+                    _lost(held, len(writes))
+                    self._run(_core.release_lease(held, ended))
 
             recorder.bind_release(release, is_async=False)
         self.keep(held)
@@ -76,6 +93,10 @@ class LeaseKeeper:
                     target=self._beat, name="langgraph-deterministic-lease", daemon=True
                 )
                 self._thread.start()
+
+    def holds(self, attempt: str) -> bool:
+        """Whether ``attempt`` is a graph run this saver admitted and will hear end."""
+        return attempt in self._held
 
     def forget(self, held: HeldLease) -> None:
         with self._lock:
@@ -100,3 +121,15 @@ class LeaseKeeper:
                 self._run(_core.renew_leases(held))
             except Exception as exc:  # the next write or beat tries again; expiry is the fallback
                 logger.warning("langgraph-deterministic: lease heartbeat failed: %s", exc)
+
+
+def _lost(held: HeldLease, count: int) -> None:
+    logger.warning(
+        "langgraph-deterministic: %d pending write(s) of run %r on thread %r could not be "
+        "stored when the run ended (see the error above); its tasks of the last superstep "
+        "run again on a retry. The lease is released.",
+        count,
+        held.run_id,
+        held.thread_id,
+        exc_info=True,
+    )

@@ -41,6 +41,7 @@ from typing import Any, Literal, TypeVar
 import psycopg
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import (
+    WRITES_IDX_MAP,
     BaseCheckpointSaver,
     ChannelVersions,
     Checkpoint,
@@ -55,18 +56,23 @@ from psycopg.conninfo import conninfo_to_dict
 from psycopg.rows import tuple_row
 from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
+from langgraph_deterministic._compat.langgraph import NULL_TASK_ID
 from langgraph_deterministic.checkpointer import _core, _migrate
 from langgraph_deterministic.checkpointer._batch import (
     Batch,
     Operation,
     Results,
+    Statement,
     arun,
     run,
+    store,
+    writes_first,
 )
 from langgraph_deterministic.checkpointer._drivers import aexecute, execute
 from langgraph_deterministic.checkpointer._leases import LeaseKeeper
 from langgraph_deterministic.checkpointer._rows import Codec, next_version
 from langgraph_deterministic.checkpointer._translate import translate_error
+from langgraph_deterministic.checkpointer._writebuffer import Waiter, WriteBuffer
 from langgraph_deterministic.checkpointer.contract import (
     DEFAULT_METADATA_KEYS,
     HeldLease,
@@ -156,6 +162,13 @@ class DeterministicSaver(BaseCheckpointSaver[str]):
     multitask_strategy=...)`` overrides it per call. A graph run holds its thread's lease
     while it runs; ``lease_ttl`` (seconds) is how long a crashed worker keeps the thread
     busy (the lease is renewed by writes and a heartbeat while the run is alive).
+
+    ``buffer_writes`` (seconds, default 0.05): in a graph run this saver admitted, a
+    superstep's pending writes are stored in the transaction of the checkpoint that ends
+    it (one commit per superstep, still before the next superstep starts), or on their own
+    once they have waited that long, or when the run ends. A worker killed within that
+    time of a task's end, before its superstep's checkpoint, loses the task's writes (it
+    runs again on the retry). ``0`` commits every ``put_writes`` on its own.
     """
 
     def __init__(
@@ -172,6 +185,7 @@ class DeterministicSaver(BaseCheckpointSaver[str]):
         multitask_strategy: MultitaskStrategy = "reject",
         lease_ttl: float = 30.0,
         enqueue_timeout: float = 300.0,
+        buffer_writes: float = 0.05,
     ) -> None:
         super().__init__(serde=serde or JsonPlusSerializer())  # sets self.serde (below)
         self.multitask_strategy: MultitaskStrategy = check_strategy(multitask_strategy)
@@ -192,7 +206,28 @@ class DeterministicSaver(BaseCheckpointSaver[str]):
             DEFAULT_METADATA_KEYS if metadata_keys is None else frozenset(metadata_keys)
         )
         self._contract: RunContract | None = None
-        self._leases = LeaseKeeper(self._run, self._arun, lambda: self.lease_ttl)
+        # A superstep's pending writes ride in its checkpoint's transaction (_writebuffer).
+        if not 0 <= buffer_writes <= 60:
+            raise ConfigurationError(
+                f"buffer_writes must be 0 to 60 seconds (0: a commit per put_writes), got "
+                f"{buffer_writes!r}."
+            )
+        self._writes = (
+            WriteBuffer(
+                float(buffer_writes),
+                lambda statements: self._run(store(statements)),
+                lambda statements: self._arun(store(statements)),
+            )
+            if buffer_writes
+            else None
+        )
+        writes = self._writes
+        self._leases = LeaseKeeper(
+            self._run,
+            self._arun,
+            lambda: self.lease_ttl,
+            writes.end if writes else _none,
+        )
         self._dsn: str | None = None
         self._pool: ConnectionPool[Any] | None = None
         self._apool: AsyncConnectionPool[Any] | None = None
@@ -515,6 +550,8 @@ class DeterministicSaver(BaseCheckpointSaver[str]):
         passed in); the saver cannot be used afterwards. From inside a coroutine running
         on the loop of the saver's async pool, use ``await saver.aclose()``."""
         self._leases.close()
+        if self._writes is not None:
+            self._writes.close()
         guard, loop = self._apool_guard, self._apool_loop
         if guard is not None and loop is not None and not loop.is_closed():
             try:
@@ -540,6 +577,8 @@ class DeterministicSaver(BaseCheckpointSaver[str]):
         """Async :meth:`close`."""
         self._closed = True
         self._leases.close()
+        if self._writes is not None:
+            self._writes.close()
         if self._owns_pools:
             guard, loop = self._apool_guard, self._apool_loop
             self._apool = self._apool_guard = self._apool_loop = None
@@ -649,9 +688,95 @@ class DeterministicSaver(BaseCheckpointSaver[str]):
         """Async :meth:`get_run`."""
         return await self._arun(_core.get_run(self._codec, str(thread_id), str(run_id)))
 
+    # -- pending writes of a superstep (see _writebuffer) -------------------------------
+
+    def _writes_op(
+        self,
+        config: RunnableConfig,
+        writes: Sequence[tuple[str, Any]],
+        task_id: str,
+        task_path: str,
+        loop: asyncio.AbstractEventLoop | None = None,
+    ) -> Operation[None] | None:
+        """The operation storing these writes now, or None: they wait for the put that
+        continues their checkpoint (a graph run this saver admitted, plain writes only).
+        ``loop``: an async run's event loop, where their timed store would run."""
+        op = _core.put_writes(self._codec, config, writes, task_id, task_path, self.contract)
+        buffer = self._writes
+        configurable = config.get("configurable") or {}
+        if buffer is None or not writes or "thread_id" not in configurable:
+            return op
+        thread_id = str(configurable["thread_id"])
+        key = (str(configurable.get("checkpoint_ns") or ""), str(configurable.get("checkpoint_id")))
+        attempt = self._admitted_attempt(config, thread_id)
+        if (
+            attempt is None
+            or task_id == NULL_TASK_ID
+            or any(channel in WRITES_IDX_MAP for channel, _ in writes)
+        ):
+            # Stored now, with the writes of the same checkpoint waiting so far.
+            waiting = [] if attempt is None else buffer.take(attempt, key, seal=False)[0]
+            return writes_first(op, waiting) if waiting else op
+        try:
+            batch = next(op)  # serialised and checked now: errors surface from this call
+        except StopIteration:
+            return None
+        op.close()
+        if buffer.add(attempt, thread_id, key, batch.statements, loop):
+            return None
+        # The put continuing this checkpoint went out already: store them on their own.
+        return _core.put_writes(self._codec, config, writes, task_id, task_path, self.contract)
+
+    def _put_op(
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+    ) -> tuple[Operation[RunnableConfig], Waiter | None]:
+        """The put, carrying the writes waiting for its parent; or, while a timed store
+        of those is in flight, a waiter: wait for it and ask again (so the checkpoint is
+        never durable before them)."""
+        op = _core.put(self._codec, config, checkpoint, metadata, new_versions, self.contract)
+        configurable = config.get("configurable") or {}
+        parent = configurable.get("checkpoint_id")
+        if self._writes is None or not parent or "thread_id" not in configurable:
+            return op, None
+        attempt = self._admitted_attempt(config, str(configurable["thread_id"]))
+        if attempt is None:
+            return op, None
+        waiting, waiter = self._writes.take(
+            attempt, (str(configurable.get("checkpoint_ns") or ""), str(parent)), seal=True
+        )
+        return (writes_first(op, waiting) if waiting else op), waiter
+
+    def _admitted_attempt(self, config: RunnableConfig, thread_id: str) -> str | None:
+        """The attempt token of the graph run (root or subgraph) this call belongs to,
+        if this saver admitted it and will hear it end; else None. Read from the call's
+        run_config recorder: a run on a new thread has no token in its configs."""
+        recorder = find_recorder(config)
+        held = recorder.held if recorder is not None else None
+        if held is None or held.thread_id != thread_id or not self._leases.holds(held.attempt):
+            return None
+        return held.attempt
+
+    def _pending_of(self, config: RunnableConfig | None) -> Operation[None] | None:
+        """Before a read of a thread: store the writes waiting on it, so this process
+        reads its own writes."""
+        configurable = (config or {}).get("configurable") or {}
+        if self._writes is None or "thread_id" not in configurable:
+            return None
+        ns = configurable.get("checkpoint_ns")
+        waiting = self._writes.take_thread(
+            str(configurable["thread_id"]), None if ns is None else str(ns)
+        )
+        return store(waiting) if waiting else None
+
     # -- BaseCheckpointSaver: sync ---------------------------------------------------
 
     def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        if (pending := self._pending_of(config)) is not None:
+            self._run(pending)
         found = self._run(_core.get_tuple(self._codec, config, self.contract))
         self._leases.bind(config, is_async=False)
         _announce("load", config, _found_id(found))
@@ -665,6 +790,8 @@ class DeterministicSaver(BaseCheckpointSaver[str]):
         before: RunnableConfig | None = None,
         limit: int | None = None,
     ) -> Iterator[CheckpointTuple]:
+        if (pending := self._pending_of(config)) is not None:
+            self._run(pending)
         yield from self._run(_core.list_checkpoints(self._codec, config, filter, before, limit))
 
     def put(
@@ -675,9 +802,14 @@ class DeterministicSaver(BaseCheckpointSaver[str]):
         new_versions: ChannelVersions,
     ) -> RunnableConfig:
         _announce("put", config, str(checkpoint["id"]))
-        return self._run(
-            _core.put(self._codec, config, checkpoint, metadata, new_versions, self.contract)
-        )
+        op, waiter = self._put_op(config, checkpoint, metadata, new_versions)
+        while waiter is not None:
+            if isinstance(waiter, threading.Event):
+                waiter.wait()
+            else:  # an async run's store, on its loop: wait from here
+                asyncio.run_coroutine_threadsafe(_wait(waiter), waiter.get_loop()).result()
+            op, waiter = self._put_op(config, checkpoint, metadata, new_versions)
+        return self._run(op)
 
     def put_writes(
         self,
@@ -686,7 +818,8 @@ class DeterministicSaver(BaseCheckpointSaver[str]):
         task_id: str,
         task_path: str = "",
     ) -> None:
-        self._run(_core.put_writes(self._codec, config, writes, task_id, task_path, self.contract))
+        if (op := self._writes_op(config, writes, task_id, task_path)) is not None:
+            self._run(op)
 
     def put_batch(
         self,
@@ -720,6 +853,8 @@ class DeterministicSaver(BaseCheckpointSaver[str]):
     # -- BaseCheckpointSaver: async --------------------------------------------------
 
     async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        if (pending := self._pending_of(config)) is not None:
+            await self._arun(pending)
         found = await self._arun(_core.get_tuple(self._codec, config, self.contract))
         self._leases.bind(config, is_async=True)
         _announce("load", config, _found_id(found))
@@ -733,6 +868,8 @@ class DeterministicSaver(BaseCheckpointSaver[str]):
         before: RunnableConfig | None = None,
         limit: int | None = None,
     ) -> AsyncIterator[CheckpointTuple]:
+        if (pending := self._pending_of(config)) is not None:
+            await self._arun(pending)
         for item in await self._arun(
             _core.list_checkpoints(self._codec, config, filter, before, limit)
         ):
@@ -746,9 +883,14 @@ class DeterministicSaver(BaseCheckpointSaver[str]):
         new_versions: ChannelVersions,
     ) -> RunnableConfig:
         _announce("put", config, str(checkpoint["id"]))
-        return await self._arun(
-            _core.put(self._codec, config, checkpoint, metadata, new_versions, self.contract)
-        )
+        op, waiter = self._put_op(config, checkpoint, metadata, new_versions)
+        while waiter is not None:
+            if isinstance(waiter, threading.Event):
+                await asyncio.to_thread(waiter.wait)
+            else:
+                await _wait(waiter)
+            op, waiter = self._put_op(config, checkpoint, metadata, new_versions)
+        return await self._arun(op)
 
     async def aput_writes(
         self,
@@ -757,9 +899,9 @@ class DeterministicSaver(BaseCheckpointSaver[str]):
         task_id: str,
         task_path: str = "",
     ) -> None:
-        await self._arun(
-            _core.put_writes(self._codec, config, writes, task_id, task_path, self.contract)
-        )
+        loop = asyncio.get_running_loop()
+        if (op := self._writes_op(config, writes, task_id, task_path, loop)) is not None:
+            await self._arun(op)
 
     async def aput_batch(
         self,
@@ -819,6 +961,14 @@ class DeterministicSaver(BaseCheckpointSaver[str]):
         self, *, config: RunnableConfig, channels: Sequence[str]
     ) -> Mapping[str, DeltaChannelHistory]:
         return await self._arun(_core.delta_history(self._codec, config, channels))
+
+
+def _none(attempt: str) -> list[Statement]:
+    return []
+
+
+async def _wait(waiter: asyncio.Future[None]) -> None:
+    await asyncio.shield(waiter)  # a cancelled put must not cancel the store it waits for
 
 
 def _check_dsn(dsn: str) -> None:
