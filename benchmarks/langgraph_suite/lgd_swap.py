@@ -4,7 +4,10 @@ place of PostgresSaver / AsyncPostgresSaver, without editing a line of their fil
 Driven by ``run.py`` through environment variables:
 
 ``LGD_SUITE_SAVER``    ``theirs`` (baseline, nothing swapped) or ``ours``
-``LGD_SUITE_POLICY``   our ``run_id_policy`` when swapped (``off`` or ``warn``)
+``LGD_SUITE_POLICY``   our ``run_id_policy`` when swapped (``off``, ``warn`` or ``require``)
+``LGD_SUITE_RUN_IDS``  ``1``: every root graph call and ``update_state`` without a run id
+                       gets one, through ``run_config`` as a user would build it (a new
+                       id per call; see ``_give_run_ids``)
 ``LGD_SUITE_BASE_URI`` ``postgresql://user[:pw]@host:port/`` - their fixtures append a
                        database name to it, as they do to their own default URI
 ``LGD_SUITE_DB``       scratch database standing in for their ``postgres`` database
@@ -189,6 +192,76 @@ def _patch_modules() -> list[str]:
     return patched
 
 
+# --- run ids, as a user under run_id_policy="require" gives them ----------------------
+
+
+def _with_run_id(config: Any) -> Any:
+    """``config`` as ``run_config(thread_id, <new id>, **configurable)`` builds it, its
+    other keys kept; unchanged for a call inside a running graph (a subgraph, a task), a
+    config that names a run id already, or one without a thread."""
+    import secrets
+
+    from langchain_core.callbacks import BaseCallbackManager
+    from langchain_core.runnables.config import ensure_config
+
+    from langgraph_deterministic import run_config
+
+    merged = ensure_config(config)
+    configurable = dict(merged.get("configurable") or {})
+    metadata = dict(merged.get("metadata") or {})
+    if (
+        "__pregel_runtime" in configurable
+        or "thread_id" not in configurable
+        or configurable.get("run_id") is not None
+        or metadata.get("run_id") is not None
+    ):
+        return config
+    thread = configurable.pop("thread_id")
+    # Not uuid4: their tests patch it to make ids deterministic.
+    built = run_config(thread, f"suite-{secrets.token_hex(8)}", **configurable)
+    out = {**(config or {}), "configurable": built["configurable"]}
+    out["metadata"] = {**metadata, **built["metadata"]}
+    callbacks = (config or {}).get("callbacks")
+    if callbacks is None:
+        out["callbacks"] = built["callbacks"]
+    elif isinstance(callbacks, BaseCallbackManager):
+        manager = callbacks.copy()
+        for handler in built["callbacks"]:
+            manager.add_handler(handler, inherit=True)
+        out["callbacks"] = manager
+    else:
+        out["callbacks"] = [*callbacks, *built["callbacks"]]
+    return out
+
+
+def _give_run_ids() -> None:
+    """Wrap the entry points a user calls with a config: ``stream``/``astream`` (``invoke``
+    and ``ainvoke`` go through them) and ``bulk_update_state``/``abulk_update_state``
+    (``update_state`` goes through them). ``get_state``/history need no run id."""
+    from langgraph.pregel import Pregel
+
+    def first_arg(name: str) -> None:  # (self, config, supersteps)
+        original = getattr(Pregel, name)
+
+        def wrapper(self: Any, config: Any, *args: Any, **kw: Any) -> Any:
+            return original(self, _with_run_id(config), *args, **kw)
+
+        setattr(Pregel, name, wrapper)
+
+    def second_arg(name: str) -> None:  # (self, input, config=None, ...)
+        original = getattr(Pregel, name)
+
+        def wrapper(self: Any, input: Any, config: Any = None, *args: Any, **kw: Any) -> Any:
+            return original(self, input, _with_run_id(config), *args, **kw)
+
+        setattr(Pregel, name, wrapper)
+
+    second_arg("stream")
+    second_arg("astream")  # an async generator function: the wrapper returns its iterator
+    first_arg("bulk_update_state")
+    first_arg("abulk_update_state")  # a coroutine function: the wrapper returns its coroutine
+
+
 # --- hooks --------------------------------------------------------------------------
 
 _results: dict[str, dict[str, str]] = {}
@@ -200,6 +273,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     items[:] = kept
     config.hook.pytest_deselected(items=dropped)
     patched = _patch_modules()
+    if _env("LGD_SUITE_RUN_IDS") == "1":
+        _give_run_ids()
     if _env("LGD_SUITE_SAVER") == "ours" and not patched:
         raise pytest.UsageError("lgd_swap: found no PostgresSaver to swap in tests.*")
 

@@ -7,6 +7,9 @@ once per mode, sequentially, against one Postgres (``$DATABASE_URL`` or an embed
 ``theirs``     their savers, as shipped: the baseline
 ``ours-off``   DeterministicSaver swapped in (``lgd_swap.py``), ``run_id_policy="off"``
 ``ours-warn``  the same with ``run_id_policy="warn"``
+``ours-require`` ``run_id_policy="require"``, and every root graph call / ``update_state``
+               of their tests given a new run id through ``run_config``, as a user under
+               ``require`` would (their tests build plain configs)
 
 The items run are, from langgraph, every test parametrized over one of the six Postgres
 checkpointer fixtures of ``tests/conftest_checkpointer.py``, and from
@@ -50,6 +53,11 @@ MODES = {
     "theirs": {"LGD_SUITE_SAVER": "theirs"},
     "ours-off": {"LGD_SUITE_SAVER": "ours", "LGD_SUITE_POLICY": "off"},
     "ours-warn": {"LGD_SUITE_SAVER": "ours", "LGD_SUITE_POLICY": "warn"},
+    "ours-require": {
+        "LGD_SUITE_SAVER": "ours",
+        "LGD_SUITE_POLICY": "require",
+        "LGD_SUITE_RUN_IDS": "1",
+    },
 }
 # pytest.ini of the copied tests: their pyproject's test settings, minus coverage and
 # output flags (syrupy must not fail the session on snapshots of deselected tests).
@@ -152,6 +160,7 @@ def cause(message: str) -> str:
     line = re.sub(r"(thread|namespace) '[^']*'", r"\1 '…'", line)
     line = re.sub(r"0x[0-9a-f]+", "<addr>", line)
     line = re.sub(r"test_[0-9a-f]{16}", "<db>", line)
+    line = re.sub(r"suite-[0-9a-f]{16}", "<run>", line)  # ours-require's run ids
     return line[:160]
 
 

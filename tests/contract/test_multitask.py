@@ -216,3 +216,88 @@ def test_the_docs_snippet_runs(db: str) -> None:
     exec(compile(code, "docs-snippet", "exec"), scope)
     assert scope["saver"].get_run("ticket-42", "msg-8") is not None
     scope["saver"].close()
+
+
+# --- a graph called inside a node of another graph run ------------------------------------
+
+
+@pytest.mark.parametrize("child_config", ["run_config", "plain"])
+@pytest.mark.parametrize("api", ["sync", "async"])
+def test_a_graph_run_inside_a_node_leaves_both_threads_free(
+    db: str, child_config: str, api: str
+) -> None:
+    """A node that invokes another graph on a thread of its own: LangChain hands the outer
+    call's callbacks (its run_config recorder among them) to the inner call. Each call's
+    lease is released when that call returns -- with run_config the inner run takes and
+    releases its own; with a plain config it takes none and leaves the outer one's alone --
+    so the next runs on both threads are admitted (before: the outer lease was never
+    released and the next outer run got ThreadBusyError)."""
+    from typing import TypedDict
+
+    from langgraph.graph import START, StateGraph
+
+    class Count(TypedDict):
+        count: int
+
+    tag = f"{child_config}-{api}"
+    with DeterministicSaver(db, run_id_policy="warn") as saver:
+        child = (
+            StateGraph(Count)
+            .add_node("n", lambda s: {"count": (s.get("count") or 0) + 1})
+            .add_edge(START, "n")
+            .compile(checkpointer=saver)
+        )
+        calls = [0]
+
+        def inner_config() -> Any:
+            calls[0] += 1
+            if child_config == "plain":
+                return {"configurable": {"thread_id": f"inner-{tag}"}}
+            return run_config(f"inner-{tag}", f"inner-{calls[0]}")
+
+        def outer_node(state: Count) -> dict[str, int]:
+            child.invoke({"count": 0}, inner_config())
+            return {"count": 1}
+
+        async def aouter_node(state: Count) -> dict[str, int]:
+            await child.ainvoke({"count": 0}, inner_config())
+            return {"count": 1}
+
+        node = outer_node if api == "sync" else aouter_node
+        outer = (
+            StateGraph(Count).add_node("p", node).add_edge(START, "p").compile(checkpointer=saver)
+        )
+        for n in range(2):
+            config = run_config(f"outer-{tag}", f"outer-{n}")
+            if api == "sync":
+                outer.invoke({"count": 0}, config)
+            else:
+                import asyncio
+
+                asyncio.run(outer.ainvoke({"count": 0}, config))
+            record = saver.get_run(f"outer-{tag}", f"outer-{n}")
+            assert record is not None and record.lease is not None
+            assert record.lease.ended == "ok"
+            if child_config == "run_config":
+                inner = saver.get_run(f"inner-{tag}", f"inner-{n + 1}")
+                assert inner is not None and inner.lease is not None
+                assert inner.lease.ended == "ok"
+        inner_history = list(
+            child.get_state_history({"configurable": {"thread_id": f"inner-{tag}"}})
+        )
+        assert (
+            len([s for s in inner_history if s.metadata and s.metadata["source"] == "input"]) == 2
+        )
+
+
+def test_a_retry_with_the_same_config_object_is_a_call_anew(db: str) -> None:
+    """One run_config object reused for a retry (after the first call raised): the second
+    call is recorded and its lease released like the first's."""
+    with DeterministicSaver(db) as saver:
+        graph = build_chat(db).compile(checkpointer=saver)
+        config = run_config("same-config", "r1")
+        graph.invoke(ask("hi"), config)
+        graph.invoke(ask("hi"), config)  # the same call again: a retry of r1
+        record = saver.get_run("same-config", "r1")
+        assert record is not None and record.lease is not None and record.lease.ended == "ok"
+        graph.invoke(ask("next"), run_config("same-config", "r2"))  # the thread is free

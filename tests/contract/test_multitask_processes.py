@@ -209,7 +209,9 @@ def test_interrupt_and_rollback_leave_a_usable_linear_thread(
 TTL = 3.0
 
 
-def kill_in_tool(db: str, thread: str, run: str, text: str, tmp_path: Path) -> None:
+def kill_in_tool(
+    db: str, thread: str, run: str, text: str, tmp_path: Path, ttl: float = TTL
+) -> None:
     proc = spawn(
         db,
         thread,
@@ -218,7 +220,7 @@ def kill_in_tool(db: str, thread: str, run: str, text: str, tmp_path: Path) -> N
         tmp_path,
         LGD_GRAPH="agent",
         LGD_PAUSE_AT="tools",
-        LGD_LEASE_TTL=str(TTL),
+        LGD_LEASE_TTL=str(ttl),
     )
     wait_for_effect(db, thread, "paused:tools", procs=[proc], timeout=120)
     os.kill(proc.pid, signal.SIGKILL)
@@ -275,6 +277,22 @@ def test_sigkill_in_a_tool_then_a_new_run_before_and_after_expiry(db: str, tmp_p
         assert c2 is not None and c2.multitask_outcome == "rolled back c1"
         assert c2.lease is not None and c2.lease.ended == "ok"
     assert_linear(db, thread)
+
+
+def test_sigkill_in_a_tool_then_a_new_run_while_the_lease_lives(db: str, tmp_path: Path) -> None:
+    """(a) on its own, unconditionally: with a lease far longer than the test takes, the
+    dead worker's thread is busy for a new run, which writes nothing (the test above checks
+    (a) only when its short lease is still alive by the time the saver is up)."""
+    thread = "mt-crash-busy"
+    kill_in_tool(db, thread, "c1", "weather?", tmp_path, ttl=600)
+    with DeterministicSaver(db, lease_ttl=600) as saver:
+        before = root_history(db, thread)
+        with pytest.raises(ThreadBusyError, match="'c1'"):
+            agent(saver, db).invoke(ask("news?"), run_config(thread, "c2"), durability="sync")
+        assert root_history(db, thread) == before
+        assert saver.get_run(thread, "c2") is None
+        record = saver.get_run(thread, "c1")
+        assert record is not None and record.lease is not None and record.lease.ended is None
 
 
 def test_sigkill_in_a_tool_then_the_retry_resumes_after_expiry(db: str, tmp_path: Path) -> None:

@@ -495,6 +495,57 @@ def test_contract_adds_no_round_trip_to_writes_or_reads(db: str) -> None:
                     )
 
 
+def test_the_lease_costs_two_statements_and_one_round_trip_per_run(db: str) -> None:
+    """The thread lease's exact cost (issue 12): the same graph run with a lease
+    (run_config) and without one (a hand-built config with the same run id: no recorder,
+    so no lease, policy "warn") differ by exactly one round trip (the release when the call
+    returns) and two statements (lgd_admit_v3 in the head read's pipeline, the release);
+    every superstep's batches are the same, statement for statement (the renewal rides
+    inside lgd_put_checkpoint_v6, the lease check inside the pending writes' INSERT)."""
+    from langgraph_deterministic.checkpointer import _batch
+    from langgraph_deterministic.checkpointer._drivers import execute as _execute
+
+    batches: list[list[str]] = []
+
+    class Counted(DeterministicSaver):
+        def _run(self, operation: Any) -> Any:
+            with psycopg.connect(db, autocommit=True) as conn:
+
+                def execute(batch: Any) -> Any:
+                    batches.append(
+                        [
+                            st.sql.split("(")[0].split()[-1]
+                            for st in batch.statements
+                            for _ in (st.params if st.many else [None])
+                        ]
+                    )
+                    return _execute(conn, batch)
+
+                return _batch.run(operation, execute)
+
+    def measured(config: RunnableConfig, thread: str) -> list[list[str]]:
+        graph.invoke(ask("warm"), run_config(thread, "warm-up"), durability="sync")
+        batches.clear()
+        graph.invoke(ask("q"), config, durability="sync")
+        return list(batches)
+
+    # buffer_writes=0: the write buffer (one commit per superstep) applies to admitted runs
+    # only; off, the two runs differ by the lease alone.
+    with Counted(db, run_id_policy="warn", buffer_writes=0) as counted:
+        graph = build_pipeline(db).compile(checkpointer=counted)
+        leased = measured(run_config("lease-cost-1", "B"), "lease-cost-1")
+        bare = measured(
+            {"configurable": {"thread_id": "lease-cost-2"}, "metadata": {"run_id": "B"}},
+            "lease-cost-2",
+        )
+    assert len(leased) == len(bare) + 1
+    assert sum(map(len, leased)) == sum(map(len, bare)) + 2
+    assert leased[-1] == ["lgd_release_v3"]  # the one extra round trip, at the end
+    assert leased[0] == ["lgd_admit_v3", *bare[0]]  # the admission rides in the head read
+    # Every superstep: the same batches (in the fan-out's order of completion).
+    assert sorted(leased[1:-1]) == sorted(bare[1:])
+
+
 def test_a_checkpoint_id_sorting_before_its_parent_is_refused(
     db: str, saver: DeterministicSaver
 ) -> None:

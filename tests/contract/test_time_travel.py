@@ -11,12 +11,12 @@ import psycopg
 import pytest
 from langchain_core.runnables import RunnableConfig
 from langgraph.graph import START, StateGraph
-from langgraph.types import Command, interrupt
+from langgraph.types import Command, StateUpdate, interrupt
 from tests.contract.graphs import ask, build_pipeline, effects
 
 from langgraph_deterministic.checkpointer import DeterministicSaver
 from langgraph_deterministic.config import run_config
-from langgraph_deterministic.errors import ConcurrentRunError
+from langgraph_deterministic.errors import ConcurrentRunError, RunIdRequiredError
 
 
 def plain(thread: str, **extra: Any) -> RunnableConfig:
@@ -164,23 +164,34 @@ def test_a_branch_at_the_parent_continues_its_subgraphs(db: str, policy: Any) ->
         assert [r for _, r in children(db, thread, old)] == ["A", "replay-1", "replay-2"]
 
 
-@pytest.mark.parametrize("policy", ["require", "warn"])
-def test_a_branch_resumes_an_interrupted_subgraph_anew(db: str, policy: Any) -> None:
+# (policy, whether calls carry run ids): "warn" without them is how LangGraph's own tests
+# (and a team adopting the saver) call it.
+MODES = [("require", True), ("warn", True), ("warn", False)]
+
+
+def call(thread: str, run: str, ids: bool, **configurable: Any) -> RunnableConfig:
+    return run_config(thread, run, **configurable) if ids else plain(thread, **configurable)
+
+
+@pytest.mark.parametrize(("policy", "ids"), MODES)
+def test_a_branch_resumes_an_interrupted_subgraph_anew(db: str, policy: Any, ids: bool) -> None:
     """Time travel to the parent checkpoint at an interrupted subgraph, then a resume with
     another answer: the branch's subgraph takes the new answer (its writes are not fenced
-    as a zombie's), the first run's history is kept."""
-    thread = f"travel-sub-interrupt-{policy}"
+    as a zombie's), the first run's history is kept. The branch's subgraph starts its
+    namespace anew (nothing of it existed before that point): without run ids its first
+    checkpoint is told apart from the first run's by the root's attempt token."""
+    thread = f"travel-sub-interrupt-{policy}-{ids}"
     with DeterministicSaver(db, run_id_policy=policy) as saver:
         graph = _nested(saver, interrupting=True)
-        graph.invoke({"items": []}, run_config(thread, "A"))
-        first = graph.invoke(Command(resume="old"), run_config(thread, "A-resume"))
+        graph.invoke({"items": []}, call(thread, "A", ids))
+        first = graph.invoke(Command(resume="old"), call(thread, "A-resume", ids))
         assert "b:old" in first["items"] and first["items"][-1] == "after"
         history = list(graph.get_state_history(plain(thread)))
         at_sub = [s for s in history if s.next == ("sub",)][-1]  # the oldest: before sub ran
         old = at_sub.config["configurable"]["checkpoint_id"]
-        paused = graph.invoke(None, run_config(thread, "B", checkpoint_id=old))
+        paused = graph.invoke(None, call(thread, "B", ids, checkpoint_id=old))
         assert "__interrupt__" in paused
-        out = graph.invoke(Command(resume="new"), run_config(thread, "B-resume"))
+        out = graph.invoke(Command(resume="new"), call(thread, "B-resume", ids))
         assert "b:new" in out["items"] and "b:old" not in out["items"]
         assert out["items"][-1] == "after"
 
@@ -228,3 +239,215 @@ def test_a_subgraph_race_inside_a_branch_is_still_fenced(db: str) -> None:
                 (thread, row[0] + "%"),
             ).fetchall()
         assert slots == [(row[0], "A"), (f"{row[0]}~R", "R")]
+
+
+def _trails(saver: DeterministicSaver, seen: list[tuple[str, list[str]]]) -> Any:
+    """parent: step -> outer (a stateful subgraph: note -> inner (stateful: note)): each
+    subgraph records the state it starts from, so a test sees which checkpoint it loaded."""
+
+    class Inner(TypedDict):
+        inner: Annotated[list[str], operator.add]
+
+    class Outer(TypedDict):
+        outer: Annotated[list[str], operator.add]
+
+    def note_inner(state: Inner) -> dict[str, list[str]]:
+        seen.append(("inner", list(state["inner"])))
+        return {"inner": ["i"]}
+
+    def note_outer(state: Outer) -> dict[str, list[str]]:
+        seen.append(("outer", list(state["outer"])))
+        return {"outer": ["o"]}
+
+    inner = StateGraph(Inner).add_node("note", note_inner).add_edge(START, "note")
+    outer = StateGraph(Outer).add_node("note", note_outer)
+    outer.add_node("inner", inner.compile(checkpointer=True))
+    outer.add_edge(START, "note").add_edge("note", "inner")
+    parent = StateGraph(_Sub).add_node("step", lambda s: {"items": ["p"]})
+    parent.add_node("outer", outer.compile(checkpointer=True))
+    parent.add_edge(START, "step").add_edge("step", "outer")
+    return parent.compile(checkpointer=saver)
+
+
+@pytest.mark.parametrize(("policy", "ids"), MODES)
+def test_replay_from_before_a_subgraph_ever_ran_starts_it_empty(
+    db: str, policy: Any, ids: bool
+) -> None:
+    """Two runs, then a replay from the first run's checkpoint before its subgraphs ran:
+    the subgraphs start from nothing (LangGraph reloads the state they had before that
+    point), writing first checkpoints of namespaces the first run started already."""
+    thread = f"travel-empty-{policy}-{ids}"
+    seen: list[tuple[str, list[str]]] = []
+    with DeterministicSaver(db, run_id_policy=policy) as saver:
+        graph = _trails(saver, seen)
+        graph.invoke({"items": []}, call(thread, "A", ids))
+        graph.invoke({"items": []}, call(thread, "B", ids))
+        assert seen[-2:] == [("outer", ["o"]), ("inner", ["i"])]
+        history = list(graph.get_state_history(plain(thread)))
+        oldest = [s for s in history if s.next == ("outer",)][-1]
+        seen.clear()
+        graph.invoke(None, call(thread, "R", ids, **_address(oldest.config)))
+        assert seen == [("outer", []), ("inner", [])]
+        with psycopg.connect(db) as conn:
+            roots = conn.execute(
+                "SELECT count(*) FROM checkpoints WHERE thread_id = %s AND checkpoint_ns = "
+                "'outer' AND parent_checkpoint_id IS NULL",
+                (thread,),
+            ).fetchone()
+        assert roots == (2,)  # the first run's and the replay's: two lineages
+
+
+def _address(config: RunnableConfig) -> dict[str, Any]:
+    return {"checkpoint_id": config["configurable"]["checkpoint_id"]}
+
+
+@pytest.mark.parametrize(("policy", "ids"), MODES)
+def test_a_run_from_a_fork_loads_its_subgraphs_from_before_the_fork(
+    db: str, policy: Any, ids: bool
+) -> None:
+    """update_state at a past checkpoint makes a fork, the thread's latest checkpoint; a
+    run addressed at it travels in time all the same (LangGraph has its subgraphs reload
+    their state from before the fork point, checkpoints the second run continued), so the
+    root's mark reaches the subgraphs though the root itself continues the head."""
+    thread = f"travel-fork-sub-{policy}-{ids}"
+    seen: list[tuple[str, list[str]]] = []
+    with DeterministicSaver(db, run_id_policy=policy) as saver:
+        graph = _trails(saver, seen)
+        graph.invoke({"items": []}, call(thread, "A", ids))
+        graph.invoke({"items": []}, call(thread, "B", ids))
+        history = list(graph.get_state_history(plain(thread)))
+        second = next(s for s in history if s.next == ("step",))  # before B's step
+        fork = graph.update_state(
+            call(thread, "edit", ids, **_address(second.config)), {"items": ["forked"]}
+        )
+        assert fork["configurable"]["checkpoint_id"] == latest(db, thread)
+        seen.clear()
+        out = graph.invoke(None, call(thread, "F", ids, **_address(fork)))
+        assert seen == [("outer", ["o"]), ("inner", ["i"])]  # as after A, not after B
+        assert "forked" in out["items"]
+        # And on from there: the next run sees the fork's subgraph state.
+        seen.clear()
+        graph.invoke({"items": []}, call(thread, "C", ids))
+        assert seen == [("outer", ["o", "o"]), ("inner", ["i", "i"])]
+
+
+@pytest.mark.parametrize(("policy", "ids"), MODES)
+def test_a_copy_of_the_first_checkpoint_is_a_second_root(db: str, policy: Any, ids: bool) -> None:
+    """update_state(as_node="__copy__") of a thread's first checkpoint copies it as its
+    sibling, a second checkpoint without parent (LangGraph's fork of the start state):
+    a deliberate branch at the first-checkpoint slot, and runs go on from it."""
+    thread = f"travel-copy-{policy}-{ids}"
+    with DeterministicSaver(db, run_id_policy=policy) as saver:
+        graph = build_pipeline(db).compile(checkpointer=saver)
+        graph.invoke(ask("q"), call(thread, "A", ids))
+        first = list(graph.get_state_history(plain(thread)))[-1]
+        assert first.parent_config is None
+        copy = graph.update_state(
+            call(thread, "copy", ids, **_address(first.config)), None, as_node="__copy__"
+        )
+        copied = graph.get_state(plain(thread, **_address(copy)))
+        assert copied.parent_config is None
+        # LangGraph writes the copy with the loaded tuple's config, not the caller's: the
+        # caller's run id is kept all the same (refused as missing under "require" else).
+        assert copied.metadata is not None
+        assert copied.metadata.get("run_id") == ("copy" if ids else None)
+        out = graph.invoke(ask("again"), call(thread, "B", ids))
+        assert out["messages"][-1].content.startswith("report of")
+        with psycopg.connect(db) as conn:
+            roots = conn.execute(
+                "SELECT count(*) FROM checkpoints WHERE thread_id = %s AND checkpoint_ns = '' "
+                "AND parent_checkpoint_id IS NULL",
+                (thread,),
+            ).fetchone()
+        assert roots == (2,)
+
+
+def test_two_first_checkpoints_of_graph_runs_are_still_fenced(db: str) -> None:
+    """The first-checkpoint slot opens only to deliberate writes: two attempts of a graph
+    run writing a new thread's first checkpoint get one between them."""
+    with DeterministicSaver(db, run_id_policy="warn") as saver:
+        loads = []
+        for _ in range(2):
+            config = plain("travel-first-race", __pregel_runtime=object())
+            assert saver.get_tuple(config) is None
+            loads.append(config)
+        step = {"source": "input", "step": -1, "parents": {}}
+        for n, config in enumerate(loads, 1):
+            cp = {
+                "v": 4, "id": f"1fffffff-ffff-6fff-bfff-{str(n) * 12}", "ts": "",
+                "channel_values": {}, "channel_versions": {}, "versions_seen": {},
+            }  # fmt: skip
+            if n == 1:
+                saver.put(config, cp, step, {})  # type: ignore[arg-type]
+            else:
+                with pytest.raises(ConcurrentRunError):
+                    saver.put(config, cp, step, {})  # type: ignore[arg-type]
+
+
+def test_bulk_update_state_keeps_the_run_id_across_its_supersteps(
+    db: str, saver: DeterministicSaver
+) -> None:
+    """bulk_update_state hands each superstep the config the saver returned for the last
+    one (thread, namespace, checkpoint: as the peer's), then writes pending writes with
+    it: under "require" every write of it carries the caller's run id all the same, and
+    a plain write after it still needs one of its own."""
+    thread = "travel-bulk"
+    graph = build_pipeline(db).compile(checkpointer=saver)
+    graph.invoke(ask("q"), run_config(thread, "A"))
+    old = list(graph.get_state_history(plain(thread)))[-2].config
+    done = graph.bulk_update_state(
+        run_config(thread, "bulk", **_address(old)),
+        [[StateUpdate({"steps": ["one"]})], [StateUpdate({"steps": ["two"]})]],
+    )
+    with psycopg.connect(db) as conn:
+        runs = conn.execute(
+            "SELECT metadata ->> 'run_id' FROM checkpoints WHERE thread_id = %s AND "
+            "checkpoint_ns = '' AND metadata ->> 'source' = 'update' ORDER BY checkpoint_id",
+            (thread,),
+        ).fetchall()
+    assert runs == [("bulk",), ("bulk",)]
+    assert "two" in graph.get_state(plain(thread, **_address(done))).values["steps"]
+    with pytest.raises(RunIdRequiredError):
+        graph.update_state(plain(thread), {"steps": ["three"]})
+
+
+def test_update_state_without_checkpoint_id_continues_the_head(db: str) -> None:
+    """update_state without checkpoint_id, as on LangGraph's saver: a child of the head on
+    a quiet thread (its main slot, no fork); raced by a run that continued the head
+    meanwhile, both kept, as PostgresSaver keeps them; refused while a run holds the
+    thread's lease."""
+    thread = "travel-unaddressed"
+    with DeterministicSaver(db, run_id_policy="warn") as saver:
+        graph = build_pipeline(db).compile(checkpointer=saver)
+        graph.invoke(ask("q"), run_config(thread, "A"))
+        head = latest(db, thread)
+        done = graph.update_state(run_config(thread, "edit-1"), {"steps": ["by hand"]})
+        assert [c for c, _ in children(db, thread, head)] == [done["configurable"]["checkpoint_id"]]
+        with psycopg.connect(db) as conn:
+            slots = conn.execute(
+                "SELECT parent_checkpoint_id FROM lgd_chain WHERE thread_id = %s "
+                "AND checkpoint_ns = '' AND parent_checkpoint_id LIKE %s",
+                (thread, head + "%"),
+            ).fetchall()
+        assert slots == [(head,)]
+        # A race: a graph run (no lease: a plain config) continues the head between
+        # update_state's read and its write.
+        head = latest(db, thread)
+        loaded = saver.get_tuple(plain(thread))
+        assert loaded is not None
+        run = saver.get_tuple(plain(thread, __pregel_runtime=object()))
+        assert run is not None
+        step = {"source": "loop", "step": 50, "parents": {}}
+        ids = [f"1fffffff-ffff-6fff-bfff-{str(n) * 12}" for n in (1, 2)]
+        saver.put(run.config, {**run.checkpoint, "id": ids[0]}, step, {})  # type: ignore[arg-type]
+        meta = {"source": "update", "step": 50, "parents": {}}
+        saver.put(loaded.config, {**loaded.checkpoint, "id": ids[1]}, meta, {})  # type: ignore[arg-type]
+        assert [c for c, _ in children(db, thread, head)] == ids
+        # A run holding the lease (run_config) refuses the update.
+        admitted = run_config(thread, "B")
+        admitted["configurable"]["__pregel_runtime"] = object()
+        assert saver.get_tuple(admitted) is not None
+        before = latest(db, thread)
+        with pytest.raises(ConcurrentRunError, match="took the thread over"):
+            graph.update_state(run_config(thread, "edit-2"), {"steps": ["late"]})
+        assert latest(db, thread) == before

@@ -226,10 +226,12 @@ def test_guard_parameters_of_a_command_an_interrupt_and_a_branch() -> None:
     config = graph_run(fingerprint="command:cc")
     config["configurable"].update({ATTEMPT_KEY: "att", BRANCH_KEY: "c3"})
     info = info_of(config)
-    assert contract.guard_put(info, "c3", "c4") == (
-        "t1", "", "c3", "c4", "r1", "att", True, "command:cc", True,
-    )  # fmt: skip
-    assert contract.guard_put(info, "c9", "c10")[-1] is False  # type: ignore[index]
+    assert contract.guard_put(info, "c3", {}, "loop") == {
+        "run_id": "r1", "attempt": "att", "fingerprint": "command:cc", "ledger": True,
+        "branch": True, "closes": None, "closes_run": None,
+    }  # fmt: skip
+    guard = contract.guard_put(info, "c9", {}, "loop")
+    assert guard is not None and guard["branch"] is False
     command = contract.guard_writes(info, "c3", NULL_TASK_ID, ["__resume__"])
     assert command is not None and command["command"] and not command["interrupted"]
     assert command["slot"] == "c3~r1"  # the branch's own lineage slot at its branch point
@@ -237,14 +239,17 @@ def test_guard_parameters_of_a_command_an_interrupt_and_a_branch() -> None:
     assert interrupt is not None and interrupt["interrupted"] and not interrupt["command"]
     assert interrupt["slot"] == "c4"
     off = RunContract("off")
-    assert off.guard_put(info, "c3", "c4") is None and off.guard_writes(info, "c3", "t", []) is None
+    assert off.guard_put(info, "c3", {}, "loop") is None
+    assert off.guard_writes(info, "c3", "t", []) is None
 
 
 def test_update_state_outside_a_run_is_deliberate_a_graph_runs_write_is_not() -> None:
     contract = RunContract()
     outside = info_of({"configurable": {"thread_id": "t1"}, "metadata": {"run_id": "r"}})
-    assert contract.deliberate(outside, "c1") and not contract.deliberate(outside, None)
+    # parent None: update_state(as_node="__copy__") of a thread's first checkpoint
+    assert contract.deliberate(outside, "c1") and contract.deliberate(outside, None)
     assert not contract.deliberate(info_of(graph_run()), "c1")
+    assert not contract.deliberate(info_of(graph_run()), None)  # a new thread's first write
 
 
 @pytest.mark.parametrize(
@@ -290,11 +295,17 @@ def test_recorder_fingerprints_the_root_call_only_and_survives_config_copies(
 
     recorder = RunInputRecorder()
     assert copy.deepcopy(recorder) is recorder and copy.copy(recorder) is recorder
-    recorder.on_chain_start(None, {"q": 1}, run_id=uuid.uuid4())
+    call = uuid.uuid4()
+    recorder.on_chain_start(None, {"q": 1}, run_id=call)
     root = recorder.fingerprint
     assert root is not None and root.startswith("input:")
-    recorder.on_chain_start(None, {"q": 2}, run_id=uuid.uuid4(), parent_run_id=uuid.uuid4())
+    recorder.on_chain_start(None, {"q": 2}, run_id=uuid.uuid4(), parent_run_id=call)
     assert recorder.fingerprint == root  # a child chain's input is not the call's
+    # A graph invoked inside a node of this call: its root chain has a parent, and is
+    # still not this call's.
+    recorder.on_chain_start(None, {"q": 3}, run_id=uuid.uuid4(), parent_run_id=uuid.uuid4())
+    assert recorder.fingerprint == root
+    recorder.on_chain_end({}, run_id=call)  # the call is over: the config's next call
     with caplog.at_level(logging.WARNING, logger="langgraph_deterministic"):
         recorder.on_chain_start(None, {"q": object()}, run_id=uuid.uuid4())
     assert recorder.fingerprint is None
@@ -304,9 +315,13 @@ def test_recorder_fingerprints_the_root_call_only_and_survives_config_copies(
 def test_recorder_releases_once_when_the_root_call_ends() -> None:
     released: list[str] = []
     recorder = RunInputRecorder()
+    call = uuid.uuid4()
+    recorder.on_chain_start(None, {"q": 1}, run_id=call)
     recorder.bind_release(released.append, is_async=False)
-    recorder.on_chain_end({}, run_id=uuid.uuid4(), parent_run_id=uuid.uuid4())  # a child
+    assert recorder.bound
+    recorder.on_chain_end({}, run_id=uuid.uuid4(), parent_run_id=call)  # a child
+    recorder.on_chain_end({}, run_id=uuid.uuid4())  # another call's root (nested inside)
     assert released == []
-    recorder.on_chain_error(ValueError(), run_id=uuid.uuid4())
-    recorder.on_chain_end({}, run_id=uuid.uuid4())
-    assert released == ["error"]
+    recorder.on_chain_error(ValueError(), run_id=call)
+    recorder.on_chain_end({}, run_id=call)
+    assert released == ["error"] and not recorder.bound

@@ -102,7 +102,7 @@ def test_get_tuple_is_one_read_and_maps_blobs_inline_values_and_sorted_writes() 
     found = db.run(_core.get_tuple(CODEC, {"configurable": {"thread_id": "t1"}}))
     assert db.names() == [["select_checkpoint"]]
     (statement,) = db.batches[0].statements
-    assert statement.params == ("t1", "")
+    assert statement.params == {"thread_id": "t1", "checkpoint_ns": ""}
     assert statement.sql.endswith("ORDER BY c.checkpoint_id DESC LIMIT 1")
     assert not db.batches[0].atomic
     assert found is not None
@@ -121,8 +121,8 @@ def test_get_tuple_addressed_reads_that_checkpoint_and_none_when_missing() -> No
     config = {"configurable": {"thread_id": "t1", "checkpoint_ns": "sub:1", "checkpoint_id": "c9"}}
     assert db.run(_core.get_tuple(CODEC, config)) is None
     (statement,) = db.batches[0].statements
-    assert statement.params == ("t1", "sub:1", "c9")
-    assert "c.checkpoint_id = %s" in statement.sql
+    assert statement.params == {"thread_id": "t1", "checkpoint_ns": "sub:1", "checkpoint_id": "c9"}
+    assert "c.checkpoint_id = %(checkpoint_id)s" in statement.sql
 
 
 def test_get_tuple_without_thread_id_refuses_before_any_batch() -> None:
@@ -234,21 +234,25 @@ def test_list_statement_filters_by_run_id_through_its_index_and_keeps_containmen
     config = {"configurable": {"thread_id": "t1", "checkpoint_ns": ""}}
     batch = next(_core.list_checkpoints(CODEC, config, {"run_id": "r1", "step": 2}, before, 3))
     (statement,) = batch.statements
-    assert "(c.metadata ->> 'run_id') = %s" in statement.sql
-    assert "c.metadata @> %s" in statement.sql
-    assert "c.checkpoint_id < %s" in statement.sql
-    assert statement.sql.count("LIMIT %s") == 1
-    params = list(statement.params or ())
-    assert params[:3] == ["t1", "", "r1"]
-    assert params[3].obj == {"run_id": "r1", "step": 2}  # Jsonb
-    assert params[4:] == ["c5", 3]
+    # One fixed statement: a NULL parameter drops its condition. Unprepared, so Postgres
+    # plans it with the values and folds the dropped ones away (test_plans.py EXPLAINs it).
+    assert "(c.metadata ->> 'run_id') = %(run_id)s::text" in statement.sql
+    assert "c.metadata @> %(filter)s::jsonb" in statement.sql
+    assert "c.checkpoint_id < %(before)s::text" in statement.sql
+    assert statement.sql.count("LIMIT %(limit)s") == 1
+    assert not statement.prepare
+    params = dict(statement.params or {})
+    assert params.pop("filter").obj == {"run_id": "r1", "step": 2}  # Jsonb
+    assert params == {"thread_id": "t1", "checkpoint_ns": "", "checkpoint_id": None,
+                      "run_id": "r1", "before": "c5", "limit": 3}  # fmt: skip
 
 
 def test_list_without_run_id_filter_or_limit() -> None:
     batch = next(_core.list_checkpoints(CODEC, None, {"source": "loop"}, None, None))
     (statement,) = batch.statements
-    assert "->> 'run_id'" not in statement.sql and "LIMIT" not in statement.sql
-    assert [p.obj for p in statement.params or ()] == [{"source": "loop"}]
+    params = dict(statement.params or {})
+    assert params.pop("filter").obj == {"source": "loop"}
+    assert set(params.values()) == {None}  # no run id condition, no limit
 
 
 # --- put ------------------------------------------------------------------------------
@@ -272,10 +276,13 @@ def test_put_without_contract_keeps_primitives_inline_and_blobs_only_new_version
     assert db.names() == [["upsert_blob", "upsert_checkpoint"]]
     assert db.batches[0].atomic  # blobs and checkpoint land together or not at all
     (blobs,) = db.sent("upsert_blob")
-    assert blobs.many and [r[2:4] for r in blobs.params or ()] == [("messages", V2)]
+    assert blobs.many
+    assert [(r["channel"], r["version"]) for r in blobs.params or ()] == [("messages", V2)]
     (upsert,) = db.sent("upsert_checkpoint")
-    thread, ns, cid, parent, stored, _metadata = upsert.params or ()
-    assert (thread, ns, cid, parent) == ("t1", "", "c2", "c1")
+    row = upsert.params or {}
+    assert [row[k] for k in ("thread_id", "checkpoint_ns", "checkpoint_id")] == ["t1", "", "c2"]
+    assert row["parent_checkpoint_id"] == "c1"
+    stored = row["checkpoint"]
     assert stored.obj["channel_values"] == {"n": 1, "s": "x", "none": None}
 
 
@@ -285,9 +292,11 @@ def test_put_under_the_contract_is_one_guarded_statement_and_maps_refusals() -> 
     db = FakeDb()
     db.run(_core.put(CODEC, config, _checkpoint({}), {"source": "loop"}, {}, contract))
     (guarded,) = db.sent("guarded_put_checkpoint")
-    params = list(guarded.params or ())
-    assert params[:4] == ["t1", "", "c2", "c1"]
-    assert params[6:9] == ["r1", "att-1", True]  # run id, attempt, a root write with run id
+    params = guarded.params or {}
+    assert [params[k] for k in ("thread_id", "checkpoint_ns", "checkpoint_id")] == ["t1", "", "c2"]
+    assert params["parent_checkpoint_id"] == "c1"
+    # run id, attempt, a root write with run id (ledger)
+    assert (params["run_id"], params["attempt"], params["ledger"]) == ("r1", "att-1", True)
     for state, error in [
         ("LG409", ConcurrentRunError),
         ("LG411", ConfigurationError),
@@ -327,7 +336,7 @@ def test_duplicate_command_is_refused_and_its_attempt_barred_from_the_checkpoint
                 CODEC, config, [("__resume__", "yes")], NULL_TASK_ID, "", RunContract()
             )
         )
-    assert db.names() == [["guard_writes", "guarded_writes"], ["refuse_attempt"]]
+    assert db.names() == [["guard_writes", "guarded_write"], ["refuse_attempt"]]
     assert all(b.atomic for b in db.batches)
     (guard,) = db.sent("guard_writes")
     (refuse,) = db.sent("refuse_attempt")
@@ -337,22 +346,25 @@ def test_duplicate_command_is_refused_and_its_attempt_barred_from_the_checkpoint
         "attempt": "att-2", "run_id": "r1", "command": True, "interrupted": False,
     }  # fmt: skip
     # the fenced write rows carry the slot and attempt the SQL checks
-    (rows,) = db.sent("guarded_writes")
+    (rows,) = db.sent("guarded_write")
     (row,) = rows.params or ()
-    assert row[:7] == ("t1", "", "c1", NULL_TASK_ID, "", WRITES_IDX_MAP["__resume__"], "__resume__")
-    assert row[9:] == ("t1", "", "c1", "att-2", "c1", "", "t1", "r1")
+    assert [row[k] for k in ("thread_id", "checkpoint_ns", "checkpoint_id", "task_id",
+                             "task_path", "idx", "channel")] == [
+        "t1", "", "c1", NULL_TASK_ID, "", WRITES_IDX_MAP["__resume__"], "__resume__"
+    ]  # fmt: skip
+    assert (row["slot"], row["attempt"], row["run_id"], row["replace"]) == ("c1", "att-2", "r1", True)
 
 
 def test_a_refused_attempts_later_writes_are_refused_again() -> None:
-    """Its next pending writes hit the 'refused:' slot (lgd_refuse_writes raises LG412):
+    """Its next pending writes hit the 'refused:' slot (lgd_fence_writes_v6 raises LG412):
     refused the same way; barring again is a no-op (ON CONFLICT DO NOTHING)."""
     config = graph_config(checkpoint_id="c1", attempt="att-2")
     db = FakeDb().on(
-        "guarded_writes", PgError("LG412", "this attempt was refused at checkpoint c1")
+        "guarded_write", PgError("LG412", "this attempt was refused at checkpoint c1")
     )
     with pytest.raises(RunSupersededError):
         db.run(_core.put_writes(CODEC, config, [("messages", "x")], "task-1", "p", RunContract()))
-    assert db.names() == [["guarded_writes"], ["refuse_attempt"]]
+    assert db.names() == [["guarded_write"], ["refuse_attempt"]]
 
 
 @pytest.mark.parametrize(
@@ -367,7 +379,7 @@ def test_other_refusals_send_nothing_more(
     state: str, attempt: str | None, error: type[Exception], after: list[list[str]]
 ) -> None:
     config = graph_config(checkpoint_id="c1", attempt=attempt)
-    db = FakeDb().on("guard_writes", PgError(state, "d")).on("guarded_writes", PgError(state, "d"))
+    db = FakeDb().on("guard_writes", PgError(state, "d")).on("guarded_write", PgError(state, "d"))
     with pytest.raises(error):
         db.run(
             _core.put_writes(CODEC, config, [("__resume__", 1)], NULL_TASK_ID, "", RunContract())
@@ -382,7 +394,7 @@ def test_put_writes_without_contract_uses_the_plain_statements() -> None:
     db.run(_core.put_writes(CODEC, config, [("__error__", "boom")], "task", "p"))
     db.run(_core.put_writes(CODEC, config, [], "task", "p"))  # nothing to write: no batch
     assert db.names() == [["insert_write"], ["upsert_write"]]
-    assert [r[5] for r in db.sent("insert_write")[0].params or ()] == [0, 1]
+    assert [r["idx"] for r in db.sent("insert_write")[0].params or ()] == [0, 1]
 
 
 # --- a graph run loading its thread: admission and start checks ---------------------------
@@ -495,7 +507,9 @@ def test_late_retry_of_a_finished_run_loads_its_final_checkpoint() -> None:
     found = db.run(_core.get_tuple(CODEC, graph_config(), RunContract()))
     assert found is not None and found.checkpoint["channel_values"] == {"answer": 42}
     assert db.names() == [["admit", "select_head_with_run"], ["select_checkpoint"]]
-    assert db.sent("select_checkpoint")[0].params == ("t1", "c5")
+    assert db.sent("select_checkpoint")[0].params == {
+        "thread_id": "t1", "checkpoint_ns": "", "checkpoint_id": "c5"
+    }  # fmt: skip
 
 
 def test_run_without_recorder_takes_no_lease() -> None:
@@ -524,7 +538,7 @@ def test_put_batch_writes_everything_in_one_transaction_with_the_release() -> No
     assert db.run(_core.put_batch(CODEC, _batch_items(), RunContract(), (held, "ok"))) is None
     assert db.names() == [
         ["child_of_run"],
-        ["guarded_writes", "guarded_put_checkpoint", "release_lease"],
+        ["guarded_write", "guarded_put_checkpoint", "release_lease"],
     ]
     assert db.batches[1].atomic
     assert db.sent("child_of_run")[0].params == {"thread_id": "t1", "parent": "c1", "run_id": "r1"}

@@ -41,6 +41,7 @@ from langgraph_deterministic.checkpointer.contract import (
     ATTEMPT_KEY,
     BRANCH_KEY,
     BRANCHING,
+    HEAD_KEY,
     RUN_ID_KEY,
     SQLSTATE_COMMAND_REPLAY,
     Admission,
@@ -48,9 +49,12 @@ from langgraph_deterministic.checkpointer.contract import (
     HeldLease,
     Lease,
     LedgerRow,
+    ParentRow,
     RunContract,
     RunRecord,
+    carry_run_id,
     fingerprint_kind,
+    head_mark,
     translate_guard_error,
 )
 from langgraph_deterministic.errors import (
@@ -150,15 +154,12 @@ def get_tuple(
         check_key_sizes(thread_id, ns, info.run_id)
     if info is not None and contract is not None and contract.checks_start(info):
         return (yield from _start_graph_run(codec, config, contract, info))
+    params = {"thread_id": thread_id, "checkpoint_ns": ns}
     if checkpoint_id := get_checkpoint_id(config):
-        sql = select + "\nWHERE c.thread_id = %s AND c.checkpoint_ns = %s AND c.checkpoint_id = %s"
-        params: tuple[Any, ...] = (thread_id, ns, checkpoint_id)
+        sql = select + _AT_CHECKPOINT
+        params["checkpoint_id"] = checkpoint_id
     else:
-        sql = (
-            select + "\nWHERE c.thread_id = %s AND c.checkpoint_ns = %s"
-            "\nORDER BY c.checkpoint_id DESC LIMIT 1"
-        )
-        params = (thread_id, ns)
+        sql = select + _LATEST
     (rows,) = yield Batch.read(sql, params)
     if not rows:
         if checkpoint_id and info is not None and info.in_graph_run and info.root:
@@ -166,9 +167,21 @@ def get_tuple(
         return None
     yield from _with_pending_sends(codec, rows)
     found_tuple = load_tuple(codec, rows[0])
-    if info is not None and contract is not None and contract.enforced and info.in_graph_run:
-        return _for_graph_run(found_tuple, info)
+    if info is not None and contract is not None and contract.enforced:
+        if info.in_graph_run:
+            return _for_graph_run(found_tuple, info)
+        carry_run_id(info, found_tuple.config, found_tuple.parent_config)
     return found_tuple
+
+
+_AT_CHECKPOINT = (
+    "\nWHERE c.thread_id = %(thread_id)s AND c.checkpoint_ns = %(checkpoint_ns)s"
+    " AND c.checkpoint_id = %(checkpoint_id)s"
+)
+_LATEST = (
+    "\nWHERE c.thread_id = %(thread_id)s AND c.checkpoint_ns = %(checkpoint_ns)s"
+    "\nORDER BY c.checkpoint_id DESC LIMIT 1"
+)
 
 
 def queue_channel(thread_id: str) -> str:
@@ -255,20 +268,26 @@ def _start_graph_run(
         else None
     )
     admitted = admission is not None and admission.verdict == "admitted"
+    mark: str | None = None
     try:
         decision = contract.decide_start(info, head[5] if head else None, ledger)
         if decision.action == "final" and not addressed:
-            sql = (
-                select
-                + "\nWHERE c.thread_id = %s AND c.checkpoint_ns = '' AND c.checkpoint_id = %s"
+            (found,) = yield Batch.read(
+                select + _AT_CHECKPOINT,
+                {
+                    "thread_id": thread_id,
+                    "checkpoint_ns": "",
+                    "checkpoint_id": decision.checkpoint_id,
+                },
             )
-            (found,) = yield Batch.read(sql, (thread_id, decision.checkpoint_id))
             head = found[0] if found else None
         if head is None:
             if addressed:
                 _refuse_missing_checkpoint(thread_id, addressed)
             loaded = None
         else:
+            # Before the fold of pending sends below, which edits the row in place.
+            mark = head_mark(head[2], head[5], head[4])
             head_rows = [head]
             yield from _with_pending_sends(codec, head_rows)
             loaded = load_tuple(codec, head_rows[0])
@@ -296,16 +315,19 @@ def _start_graph_run(
     branch_from = None
     if addressed and row is not None and row[18] is not None and row[18] != addressed:
         branch_from = addressed  # a past checkpoint, addressed on purpose: a branch
-    _note_branch(info, branch_from)
-    return _for_graph_run(loaded, info, attempt, branch_from)
+    # Addressed at all (the head included: a fork update_state made), the run travels in
+    # time for LangGraph, whose subgraphs then replay from before that point.
+    _note_branch(info, attempt if addressed else None)
+    return _for_graph_run(loaded, info, attempt, branch_from, mark)
 
 
-def _note_branch(info: CallInfo, branch_from: str | None) -> None:
-    """Tell this run's subgraphs whether it branches (see BRANCHING). Right after an
-    addressed load LangGraph loads the thread's latest checkpoint, unaddressed, to see
-    whether the addressed one was superseded: that probe of the same run keeps the mark."""
-    if branch_from is not None:
-        BRANCHING.set((info.thread_id, info.run_id, branch_from, True))
+def _note_branch(info: CallInfo, attempt: str | None) -> None:
+    """Tell this run's subgraphs whether it travels in time, and its attempt token (see
+    BRANCHING). Right after an addressed load LangGraph loads the thread's latest
+    checkpoint, unaddressed, to see whether the addressed one was superseded: that probe
+    of the same run keeps the mark."""
+    if attempt is not None:
+        BRANCHING.set((info.thread_id, info.run_id, attempt, True))
         return
     current = BRANCHING.get()
     if current is not None and current[3] and current[:2] == (info.thread_id, info.run_id):
@@ -364,12 +386,13 @@ def _for_graph_run(
     info: CallInfo,
     attempt: str | None = None,
     branch_from: str | None = None,
+    head: str | None = None,
 ) -> CheckpointTuple:
     """The tuple a graph run loads: with an attempt token in its config (LangGraph copies
     it into every write of this run attempt, which is how the fencing tells attempts
-    apart), the checkpoint it branches from when it addressed a past one on purpose, and
-    the run id in the form the caller used, so LangGraph's own ``metadata.run_id``
-    comparison holds for a ``uuid.UUID`` too."""
+    apart), the checkpoint it branches from when it addressed a past one on purpose, what
+    it loaded (``head``: see HEAD_KEY), and the run id in the form the caller used, so
+    LangGraph's own ``metadata.run_id`` comparison holds for a ``uuid.UUID`` too."""
     # Drawn from the OS, not uuid.uuid4(): tests (LangGraph's among them) patch uuid4 to
     # make ids deterministic, and a draw of ours would shift every id after it.
     configurable = {
@@ -378,6 +401,8 @@ def _for_graph_run(
     }
     if branch_from is not None:
         configurable[BRANCH_KEY] = branch_from
+    if head is not None:
+        configurable[HEAD_KEY] = head
     metadata = found.metadata
     if (
         info.raw_run_id is not None
@@ -395,34 +420,24 @@ def list_checkpoints(
     before: RunnableConfig | None,
     limit: int | None,
 ) -> Operation[list[CheckpointTuple]]:
-    wheres: list[str] = []
-    params: list[Any] = []
+    params: dict[str, Any] = dict.fromkeys(
+        ("thread_id", "checkpoint_ns", "checkpoint_id", "run_id", "filter", "before", "limit")
+    )
     if config:
-        thread_id, _ = _thread_ns(config)
-        wheres.append("c.thread_id = %s")
-        params.append(thread_id)
-        ns = config["configurable"].get("checkpoint_ns")
-        if ns is not None:
-            wheres.append("c.checkpoint_ns = %s")
-            params.append(ns)
-        if checkpoint_id := get_checkpoint_id(config):
-            wheres.append("c.checkpoint_id = %s")
-            params.append(checkpoint_id)
+        params["thread_id"], _ = _thread_ns(config)
+        params["checkpoint_ns"] = config["configurable"].get("checkpoint_ns")
+        params["checkpoint_id"] = get_checkpoint_id(config) or None
     if filter:
         run_id = filter.get("run_id")
         if isinstance(run_id, str):
-            # Lets Postgres use checkpoints_run_id_idx; @> below keeps the exact semantics.
-            wheres.append("(c.metadata ->> 'run_id') = %s")
-            params.append(run_id)
-        wheres.append("c.metadata @> %s")
-        params.append(Jsonb(dict(filter)))
-    if before is not None and (before_id := get_checkpoint_id(before)):
-        wheres.append("c.checkpoint_id < %s")
-        params.append(before_id)
-    where = ("WHERE " + " AND ".join(wheres)) if wheres else ""
+            params["run_id"] = run_id
+        params["filter"] = Jsonb(dict(filter))
+    if before is not None:
+        params["before"] = get_checkpoint_id(before) or None
     if limit is not None:
-        params.append(int(limit))
-    (rows,) = yield Batch.read(_list_sql(where, limit is not None), params)
+        params["limit"] = int(limit)
+    # Unprepared: planned with the parameters' values, so only the conditions given stay.
+    (rows,) = yield Batch((Statement(_list_sql(), params, fetch=True, prepare=False),))
     if not rows:
         return []
     yield from _with_pending_sends(codec, rows)
@@ -430,14 +445,12 @@ def list_checkpoints(
 
 
 @cache
-def _list_sql(where: str, limited: bool) -> str:
+def _list_sql() -> str:
     """select_checkpoint over the page of checkpoints only: the rows are chosen, sorted
     and cut to ``limit`` first, and only they get their blobs and writes. Joined before
     the sort, every matching checkpoint's blobs would be loaded and sorted (a thread's
     whole history for a list without checkpoint_ns, all of them for a global filter)."""
-    page = queries()["list_page"].replace("{where}", where)
-    if limited:
-        page += " LIMIT %s"
+    page = queries()["list_page"]
     select = queries()["select_checkpoint"]
     source = "FROM checkpoints c\n"
     assert source in select, "select_checkpoint must read `FROM checkpoints c`"
@@ -466,7 +479,7 @@ def put(
     inline = stored["channel_values"] = dict(checkpoint["channel_values"])
     # Primitives stay inline in the checkpoint row (as the peer does); everything else
     # goes to checkpoint_blobs, once per (channel, version).
-    blob_rows: list[tuple[Any, ...]] = []
+    blob_rows: list[dict[str, Any]] = []
     for channel, value in checkpoint["channel_values"].items():
         if value is None or isinstance(value, str | int | float | bool):
             continue
@@ -476,33 +489,52 @@ def put(
             del inline[channel]
         if channel in new_versions:
             type_, blob = codec.dumps(f"channel {channel!r}", value)
-            blob_rows.append((thread_id, ns, channel, str(new_versions[channel]), type_, blob))
+            blob_rows.append(
+                {
+                    "thread_id": thread_id,
+                    "checkpoint_ns": ns,
+                    "channel": channel,
+                    "version": str(new_versions[channel]),
+                    "type": type_,
+                    "blob": blob,
+                }
+            )
+    source = metadata.get("source")
+    parent: ParentRow | None = None
+    if contract.needs_parent(info, parent_id, source):
+        (found,) = yield Batch.read(
+            queries()["select_parent_progress"],
+            {"thread_id": thread_id, "checkpoint_id": parent_id},
+        )
+        parent = (found[0][0], found[0][1]) if found else None
     statements = []
     if blob_rows:
         statements.append(Statement(queries()["upsert_blob"], blob_rows, many=True))
-    row = (
-        thread_id,
-        ns,
-        checkpoint["id"],
-        parent_id,
-        Jsonb(stored),
-        Jsonb(contract.stored_metadata(config, metadata, info)),
-    )
-    guard = contract.guard_put(info, parent_id, checkpoint["id"])
+    row = {
+        "thread_id": thread_id,
+        "checkpoint_ns": ns,
+        "checkpoint_id": checkpoint["id"],
+        "parent_checkpoint_id": parent_id,
+        "checkpoint": Jsonb(stored),
+        "metadata": Jsonb(contract.stored_metadata(config, metadata, info)),
+    }
+    guard = contract.guard_put(info, parent_id, checkpoint, source, parent)
     if guard is None:
         statements.append(Statement(queries()["upsert_checkpoint"], row))
     else:
-        # The upsert, then the claim of the parent's one child slot (fencing) and the run
-        # ledger, in one statement of the same pipeline: a refusal rolls it all back.
-        _thread, _ns, _parent, _child, *guard_args = guard
-        statements.append(Statement(queries()["guarded_put_checkpoint"], (*row, *guard_args)))
+        # The upsert, the lease, the claim of the parent's child slot (fencing) and the
+        # run ledger, in one statement of the same pipeline: a refusal rolls it all back.
+        statements.append(Statement(queries()["guarded_put_checkpoint"], {**row, **guard}))
     try:
         yield Batch.write(*statements)
     except Exception as exc:
         if (ours := translate_guard_error(exc, info)) is not None:
             raise ours from None
         raise
-    return config_for(thread_id, ns, checkpoint["id"])
+    stored_config = config_for(thread_id, ns, checkpoint["id"])
+    if contract.enforced:
+        carry_run_id(info, stored_config)
+    return stored_config
 
 
 def put_writes(
@@ -526,18 +558,20 @@ def put_writes(
     for idx, (channel, value) in enumerate(writes):
         type_, blob = codec.dumps(f"a write to channel {channel!r}", value)
         rows.append(
-            (
-                thread_id,
-                ns,
-                checkpoint_id,
-                task_id,
-                task_path,
-                WRITES_IDX_MAP.get(channel, idx),
-                channel,
-                type_,
-                blob,
-            )
+            {
+                "thread_id": thread_id,
+                "checkpoint_ns": ns,
+                "checkpoint_id": checkpoint_id,
+                "task_id": task_id,
+                "task_path": task_path,
+                "idx": WRITES_IDX_MAP.get(channel, idx),
+                "channel": channel,
+                "type": type_,
+                "blob": blob,
+            }
         )
+    # Special writes (error, interrupt...) replace the task's previous one; others are
+    # first-writer-wins.
     special = all(channel in WRITES_IDX_MAP for channel, _ in writes)
     statements = []
     guard = contract.guard_writes(info, checkpoint_id, task_id, (c for c, _ in writes))
@@ -547,12 +581,10 @@ def put_writes(
     else:
         if guard["command"] or guard["interrupted"]:
             statements.append(Statement(queries()["guard_writes"], guard))
-        fence = (
-            thread_id, ns, guard["slot"], guard["attempt"], checkpoint_id, ns,
-            thread_id, guard["run_id"],
-        )  # fmt: skip
+        fence = {"slot": guard["slot"], "attempt": guard["attempt"],
+                 "run_id": guard["run_id"], "replace": special}  # fmt: skip
         statements.append(
-            Statement(_guarded_writes_sql(special), [r + fence for r in rows], many=True)
+            Statement(queries()["guarded_write"], [{**r, **fence} for r in rows], many=True)
         )
     try:
         yield Batch.write(*statements)
@@ -568,14 +600,6 @@ def put_writes(
             # this attempt cannot store what it computes from it.
             yield Batch.write(Statement(queries()["refuse_attempt"], guard))
         raise ours from None
-
-
-@cache
-def _guarded_writes_sql(special: bool) -> str:
-    """Pending writes in one fenced statement, with the conflict rule of the plain form."""
-    plain = queries()["upsert_write" if special else "insert_write"]
-    conflict = plain[plain.index("ON CONFLICT") :]
-    return queries()["guarded_writes"].replace("{conflict}", conflict)
 
 
 def get_run(codec: Codec, thread_id: str, run_id: str) -> Operation[RunRecord | None]:

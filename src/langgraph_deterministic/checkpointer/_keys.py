@@ -29,13 +29,34 @@ MULTITASK_KEY = "__lgd_multitask_strategy"
 #: Configurable key ``get_tuple`` hands a graph run addressed at a past checkpoint: the
 #: checkpoint it branches from on purpose (LangGraph copies it into the run's writes).
 BRANCH_KEY = "__lgd_branch"
-#: The branch a root graph run loaded in this context: (thread, run id, branch point,
-#: whether LangGraph's superseded probe is still to come: see _core._note_branch).
-#: LangGraph hands its subgraphs neither the root's loaded config nor our keys in it, but
-#: runs their tasks in copies of this context, so a subgraph of a branching run learns it
-#: here (for the same thread and run id only: the value outlives the call).
+#: Configurable key ``get_tuple`` hands a root graph run: the checkpoint it loaded, that
+#: checkpoint's run id and progress digest (JSON), so that its first write can tell
+#: whether the previous run had finished (contract.guard_put; LangGraph copies it into
+#: the run's writes).
+HEAD_KEY = "__lgd_head"
+#: The time travel a root graph run loaded in this context: (thread, run id, the root's
+#: attempt token, whether LangGraph's superseded probe is still to come: see
+#: _core._note_branch). A root run addressed at any checkpoint travels in time: LangGraph
+#: then has its subgraphs reload their state from before that point, continuing
+#: checkpoints of their namespaces that another run continued already. LangGraph hands
+#: its subgraphs neither the root's loaded config nor our keys in it, but runs their tasks
+#: in copies of this context, so a subgraph learns it here (for the same thread and run id
+#: only: the value outlives the call), and takes the root's attempt token where it has
+#: none of its own (the first checkpoint of its namespace: it loaded nothing).
 BRANCHING: contextvars.ContextVar[tuple[str, str | None, str, bool] | None] = (
     contextvars.ContextVar("lgd_branching", default=None)
+)
+#: The run id of the latest call outside a graph run that carried one, in this context:
+#: (thread, run id, the checkpoint ids its calls handed out or stored, "" for "none").
+#: LangGraph's update_state passes the saver's *returned* configs (which name only the
+#: thread, namespace and checkpoint, as the peer's do) to its next saver call: the copy
+#: of ``as_node="__copy__"`` (written with the loaded tuple's parent_config), the pending
+#: writes and the next superstep of ``bulk_update_state``. A call without a run id on the
+#: same thread, outside a graph run, addressed at one of those checkpoints, is part of
+#: that update and keeps its run id; any other such call on the thread ends the carry
+#: (see RunContract.call_info, contract.carry_run_id).
+CARRIED: contextvars.ContextVar[tuple[str, str, frozenset[str]] | None] = (
+    contextvars.ContextVar("lgd_carried", default=None)
 )
 
 #: Configurable keys copied into stored checkpoint metadata unless told otherwise.

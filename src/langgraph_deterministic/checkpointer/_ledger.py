@@ -5,9 +5,16 @@ from __future__ import annotations
 
 import datetime as _dt
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from langgraph.checkpoint.base import CheckpointTuple
+
+#: ``lgd_runs.status`` (see RunRecord), written by the SQL only; the SQL spells the same
+#: literals, and tests/checkpointer/test_schema.py checks every one it uses is here.
+RunStatus = Literal["running", "interrupted", "done", "superseded", "rolled_back"]
+RUN_STATUSES: tuple[str, ...] = get_args(RunStatus)
+#: What a root write of a new run makes of the run whose checkpoint it continues.
+Closing = Literal["done", "superseded"]
 
 
 @dataclass(frozen=True, slots=True)

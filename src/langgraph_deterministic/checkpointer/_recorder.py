@@ -34,6 +34,16 @@ class RunInputRecorder(BaseCallbackHandler):
         #: the lease this call's graph run was admitted with (set by the saver's core)
         self.held: HeldLease | None = None
         self._release: Callable[[str], Any] | None = None
+        # The chain run of the call this config was built for: the first one reported to
+        # this handler. LangChain hands a call's handlers on to the calls made inside it
+        # (a graph invoked in a node of another), whose chains it reports here too.
+        self._root: uuid.UUID | None = None
+
+    @property
+    def bound(self) -> bool:
+        """Whether a lease's release is bound to this call already (a call inside it that
+        found this handler, having none of its own, must not take its place)."""
+        return self._release is not None
 
     def bind_release(
         self, release: Callable[[str], Any] | Callable[[str], Awaitable[Any]], *, is_async: bool
@@ -47,39 +57,47 @@ class RunInputRecorder(BaseCallbackHandler):
         """
         self._release = release
         if is_async:
-            self.on_chain_end = self._aend  # type: ignore[method-assign]
-            self.on_chain_error = self._aerror  # type: ignore[method-assign]
+            self.on_chain_end = self._aend  # type: ignore[method-assign,assignment]
+            self.on_chain_error = self._aerror  # type: ignore[method-assign,assignment]
         else:
             self.on_chain_end = self._end  # type: ignore[method-assign]
             self.on_chain_error = self._error  # type: ignore[method-assign]
 
-    def _take_release(self, parent_run_id: uuid.UUID | None) -> Callable[[str], Any] | None:
-        if parent_run_id is not None:
+    def _take_release(self, run_id: uuid.UUID | None) -> Callable[[str], Any] | None:
+        if run_id is None or run_id != self._root:
             return None
+        self._root = None  # the call is over: a retry with this config is a call anew
         release, self._release = self._release, None
         self.held = None
         return release
 
-    def _end(self, outputs: Any, *, parent_run_id: uuid.UUID | None = None, **kw: Any) -> None:
-        if (release := self._take_release(parent_run_id)) is not None:
+    # Without a lease (bind_release replaces these): only the end of the call is noted.
+    def on_chain_end(self, outputs: Any, *, run_id: uuid.UUID | None = None, **kw: Any) -> None:
+        self._take_release(run_id)
+
+    def on_chain_error(
+        self, error: BaseException, *, run_id: uuid.UUID | None = None, **kw: Any
+    ) -> None:
+        self._take_release(run_id)
+
+    def _end(self, outputs: Any, *, run_id: uuid.UUID | None = None, **kw: Any) -> None:
+        if (release := self._take_release(run_id)) is not None:
             release("ok")
 
     def _error(
-        self, error: BaseException, *, parent_run_id: uuid.UUID | None = None, **kw: Any
+        self, error: BaseException, *, run_id: uuid.UUID | None = None, **kw: Any
     ) -> None:
-        if (release := self._take_release(parent_run_id)) is not None:
+        if (release := self._take_release(run_id)) is not None:
             release("error")
 
-    async def _aend(
-        self, outputs: Any, *, parent_run_id: uuid.UUID | None = None, **kw: Any
-    ) -> None:
-        if (release := self._take_release(parent_run_id)) is not None:
+    async def _aend(self, outputs: Any, *, run_id: uuid.UUID | None = None, **kw: Any) -> None:
+        if (release := self._take_release(run_id)) is not None:
             await release("ok")
 
     async def _aerror(
-        self, error: BaseException, *, parent_run_id: uuid.UUID | None = None, **kw: Any
+        self, error: BaseException, *, run_id: uuid.UUID | None = None, **kw: Any
     ) -> None:
-        if (release := self._take_release(parent_run_id)) is not None:
+        if (release := self._take_release(run_id)) is not None:
             await release("error")
 
     def on_chain_start(
@@ -91,8 +109,9 @@ class RunInputRecorder(BaseCallbackHandler):
         parent_run_id: uuid.UUID | None = None,
         **kwargs: Any,
     ) -> None:
-        if parent_run_id is not None:
+        if self._root is not None:
             return
+        self._root = run_id
         try:
             self.fingerprint = input_fingerprint(inputs)
         except (TypeError, ValueError) as exc:
@@ -121,7 +140,15 @@ def find_recorder(config: RunnableConfig) -> RunInputRecorder | None:
             *getattr(callbacks, "handlers", ()),
             *getattr(callbacks, "inheritable_handlers", ()),
         ]
-    for handler in handlers:
-        if isinstance(handler, RunInputRecorder):
-            return handler
-    return None
+    recorders = [h for h in handlers if isinstance(h, RunInputRecorder)]
+    if not recorders:
+        return None
+    # A graph called inside a node of another graph run sees the outer call's recorder
+    # too: its own is the one whose chain this config's callbacks are the children of
+    # (the one LangChain added last, failing that).
+    parent = getattr(callbacks, "parent_run_id", None)
+    if parent is not None:
+        for recorder in recorders:
+            if recorder._root == parent:
+                return recorder
+    return recorders[-1]

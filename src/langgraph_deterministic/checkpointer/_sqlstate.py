@@ -16,7 +16,7 @@ if TYPE_CHECKING:
     from langgraph_deterministic.checkpointer.contract import CallInfo
 
 
-# Raised by the arbitration functions (lgd_guard_put / lgd_guard_writes / lgd_admit, ...).
+# Raised by the arbitration functions (migration 0016's _v6 and their predecessors).
 #: The parent checkpoint's child slot is taken (another attempt continued it first).
 SQLSTATE_CHILD_TAKEN = "LG409"
 #: Pending writes to a checkpoint another attempt has moved past.
@@ -27,6 +27,11 @@ SQLSTATE_CLOCK_BEHIND = "LG411"
 SQLSTATE_COMMAND_REPLAY = "LG412"
 #: Another run took the thread's lease over.
 SQLSTATE_LEASED = "LG413"
+#: All of the above; tests/checkpointer/test_schema.py checks the SQL raises no other.
+SQLSTATES: frozenset[str] = frozenset(
+    {SQLSTATE_CHILD_TAKEN, SQLSTATE_STALE_WRITE, SQLSTATE_CLOCK_BEHIND,
+     SQLSTATE_COMMAND_REPLAY, SQLSTATE_LEASED}
+)  # fmt: skip
 
 
 def translate_guard_error(exc: BaseException, info: CallInfo) -> DeterministicError | None:

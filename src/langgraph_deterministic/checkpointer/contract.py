@@ -22,10 +22,14 @@ answers into SQL; the sync and async APIs share every answer.
   parameters of the fencing statements that run in the write's own transaction).
 
 Fencing itself needs the database's view of the thread at commit time, so the final
-word belongs to Postgres: ``lgd_guard_put`` claims the one child slot of the parent
-checkpoint (a unique key), so two attempts can never both extend the same checkpoint;
-``lgd_guard_writes`` refuses pending writes to a checkpoint another attempt has already
-moved past. :func:`~._sqlstate.translate_guard_error` maps their SQLSTATEs to our errors.
+word belongs to Postgres, in the functions of migration 0016 (``migrations/
+0016_pre_arbitration_v6.sql``): ``lgd_put_checkpoint_v6`` claims the one child slot of the
+parent checkpoint (a unique key), so two attempts can never both extend the same
+checkpoint, checks the thread's lease and moves the ledger; the fence of pending writes
+refuses writes to a checkpoint another attempt has already moved past. What needs
+LangGraph's checkpoint format (whether a new run found the previous one finished:
+:meth:`RunContract.guard_put`) is decided here and passed as a plain parameter.
+:func:`~._sqlstate.translate_guard_error` maps their SQLSTATEs to our errors.
 
 This module holds the decisions (:class:`RunContract`, :class:`CallInfo`); its parts live
 beside it: the config keys (``_keys``), run-id parsing (``_run_ids``), input fingerprints
@@ -37,6 +41,8 @@ names below are re-exported here, the module's public path.
 from __future__ import annotations
 
 import contextlib
+import hashlib
+import json
 import logging
 import threading
 from collections.abc import Iterable, Mapping
@@ -50,7 +56,7 @@ from langgraph.checkpoint.base import (
     CheckpointTuple,
 )
 
-from langgraph_deterministic._compat.langgraph import INTERRUPT, NULL_TASK_ID
+from langgraph_deterministic._compat.langgraph import INTERRUPT, NULL_TASK_ID, TASKS
 from langgraph_deterministic.checkpointer._fingerprint import (
     fingerprint_kind,
     input_fingerprint,
@@ -60,8 +66,10 @@ from langgraph_deterministic.checkpointer._keys import (
     ATTEMPT_KEY,
     BRANCH_KEY,
     BRANCHING,
+    CARRIED,
     FINGERPRINT_KEY,
     GRAPH_RUN_MARKER,
+    HEAD_KEY,
     MULTITASK_KEY,
     RUN_ID_KEY,
     STRATEGIES,
@@ -71,11 +79,14 @@ from langgraph_deterministic.checkpointer._keys import (
     check_strategy,
 )
 from langgraph_deterministic.checkpointer._ledger import (
+    RUN_STATUSES,
     Admission,
+    Closing,
     HeldLease,
     Lease,
     LedgerRow,
     RunRecord,
+    RunStatus,
 )
 from langgraph_deterministic.checkpointer._recorder import RunInputRecorder, find_recorder
 from langgraph_deterministic.checkpointer._run_ids import run_id_of
@@ -86,6 +97,7 @@ from langgraph_deterministic.checkpointer._sqlstate import (
     SQLSTATE_COMMAND_REPLAY,
     SQLSTATE_LEASED,
     SQLSTATE_STALE_WRITE,
+    SQLSTATES,
     translate_guard_error,
 )
 from langgraph_deterministic.errors import (
@@ -126,6 +138,8 @@ class CallInfo:
     #: a subgraph write of a graph run that branches at its root (see BRANCHING)
     inherited_branch: bool = False
     recorder: RunInputRecorder | None = None
+    #: what a root graph run loaded (HEAD_KEY): read by guard_put
+    head: str | None = None
 
     @property
     def root(self) -> bool:
@@ -168,6 +182,13 @@ class RunContract:
             return CallInfo(thread_id, checkpoint_ns, run_id, raw, in_graph_run, None, None,
                             bool(configurable.get("checkpoint_id")))  # fmt: skip
         run_id, raw = run_id_of(config)
+        if run_id is None and not in_graph_run:
+            carried = CARRIED.get()
+            if carried is not None and carried[0] == thread_id:
+                if str(configurable.get("checkpoint_id") or "") in carried[2]:
+                    run_id = raw = carried[1]
+                else:  # another operation on the thread (e.g. an unaddressed update_state)
+                    CARRIED.set(None)
         recorder = find_recorder(config)
         attempt = configurable.get(ATTEMPT_KEY)
         strategy = configurable.get(MULTITASK_KEY)
@@ -179,6 +200,10 @@ class RunContract:
             and branching[0] == thread_id
             and branching[1] == run_id
         )
+        if inherited and attempt is None and branching is not None:
+            # Without it, a branch's and the first run's first checkpoints of a namespace
+            # (both loaded nothing) could not be told apart without run ids.
+            attempt = branching[2]
         return CallInfo(
             thread_id=thread_id,
             checkpoint_ns=checkpoint_ns,
@@ -196,6 +221,7 @@ class RunContract:
             branch_from=configurable.get(BRANCH_KEY),
             inherited_branch=inherited,
             recorder=recorder,
+            head=configurable.get(HEAD_KEY) if checkpoint_ns == "" else None,
         )
 
     # -- policy --------------------------------------------------------------------
@@ -256,6 +282,12 @@ class RunContract:
         without a run id the run cannot be told apart from another, and without
         run_config's recorder the saver would never hear that it returned."""
         if info.run_id is None or info.recorder is None:
+            return None
+        if info.recorder.bound:
+            # Its call holds a lease already: a graph called inside a node of that run
+            # with a config of its own but no run_config (it has only the outer call's
+            # recorder), or LangGraph's second load of the same call (its superseded
+            # probe after an addressed load).
             return None
         return {
             "thread_id": info.thread_id,
@@ -459,35 +491,99 @@ class RunContract:
         return stored
 
     def guard_put(
-        self, info: CallInfo, parent_id: str | None, checkpoint_id: str
-    ) -> tuple[Any, ...] | None:
-        """Arguments of ``lgd_guard_put`` for this checkpoint write, or None (policy off)."""
+        self,
+        info: CallInfo,
+        parent_id: str | None,
+        checkpoint: Mapping[str, Any],
+        source: Any,
+        parent: ParentRow | None = None,
+    ) -> dict[str, Any] | None:
+        """Parameters of ``lgd_put_checkpoint_v6`` beyond the checkpoint row, or None
+        (policy off). ``parent``: the parent's run id and checkpoint, which the core reads
+        first only when :meth:`needs_parent` says so."""
         if not self.enforced:
             return None
+        ledger = info.root and info.run_id is not None
+        branch = self.deliberate(info, parent_id)
+        closes: Closing | None = None
+        closes_run: str | None = None
+        if ledger and parent_id and not branch:
+            closes, closes_run = self._closing(info, parent_id, checkpoint, source, parent)
+        return {
+            "run_id": info.run_id,
+            "attempt": info.attempt,
+            "fingerprint": info.fingerprint,
+            "ledger": ledger,
+            "branch": branch,
+            "closes": closes,
+            "closes_run": closes_run,
+        }
+
+    def needs_parent(self, info: CallInfo, parent_id: str | None, source: Any) -> bool:
+        """Whether this write must read its parent before :meth:`guard_put` can decide what
+        it makes of the parent's run: an input written outside a graph run (a graph run
+        knows the checkpoint it loaded: HEAD_KEY), a rare direct use of the API."""
         return (
-            info.thread_id,
-            info.checkpoint_ns,
-            parent_id or "",
-            checkpoint_id,
-            info.run_id,
-            info.attempt,
-            info.root and info.run_id is not None,
-            info.fingerprint,
-            self.deliberate(info, parent_id),
+            self.enforced
+            and info.root
+            and info.run_id is not None
+            and parent_id is not None
+            and not info.in_graph_run
+            and source == "input"
+            and not self.deliberate(info, parent_id)
         )
+
+    def _closing(
+        self,
+        info: CallInfo,
+        parent_id: str,
+        checkpoint: Mapping[str, Any],
+        source: Any,
+        parent: ParentRow | None,
+    ) -> tuple[Closing | None, str | None]:
+        """What a root write of ``info.run_id`` continuing ``parent_id`` makes of the run
+        that wrote the parent, and that run (None: the SQL reads the parent's run id).
+
+        A new input on a finished run's last checkpoint leaves LangGraph nothing to
+        discard: versions_seen (interrupts aside) and the pending Sends' version stay as
+        they were, so the previous run is ``done``; anything else moved the thread on
+        before it finished: ``superseded``. The ledger row changes only if that run is
+        still running or interrupted (decided in the same transaction, by the SQL)."""
+        head = _parse_head(info.head)
+        if head is not None and head[0] == parent_id:
+            _, head_run, seen = head  # the checkpoint this graph run loaded
+            if head_run is None or head_run == info.run_id:
+                return None, None
+            done = source == "input" and progress_digest(checkpoint) == seen
+            return ("done" if done else "superseded"), head_run
+        if head is not None and info.in_graph_run:
+            return None, None  # after its first write, a run continues its own checkpoints
+        # Unknown parent (a write outside a graph run, or a graph run on an empty thread):
+        # the SQL reads the parent's run id and closes it only if it is another run's.
+        if parent is not None:
+            parent_run, parent_checkpoint = parent
+            if parent_run is None or parent_run == info.run_id:
+                return None, None
+            done = source == "input" and progress_digest(checkpoint) == progress_digest(
+                parent_checkpoint
+            )
+            return ("done" if done else "superseded"), parent_run
+        return "superseded", None
 
     def deliberate(self, info: CallInfo, parent_id: str | None) -> bool:
         """Whether a write continues ``parent_id`` on purpose, as a branch of its own when
         the parent was continued already: a graph run addressed at that past checkpoint,
         or a write outside any graph run that no attempt handed out (update_state at a past
-        checkpoint). Writes of graph runs (zombies, race losers) stay fenced. A subgraph
-        of a branching run is a branch in its namespace: lgd_guard_put_v5 lets it take its
-        lineage slot where another run holds the parent's, never where its own run does."""
+        checkpoint, or ``as_node="__copy__"`` of a thread's first checkpoint: a second root,
+        ``parent_id`` None). Writes of graph runs (zombies, race losers) stay fenced. A
+        subgraph of a time-travelling run is a branch in its namespace: lgd_put_checkpoint_v6
+        lets it take its lineage slot where another run holds the parent's, never where its
+        own run does."""
         if info.inherited_branch:
             return True
-        if parent_id is None:
-            return False
-        return info.branch_from == parent_id or (not info.in_graph_run and info.attempt is None)
+        if not info.in_graph_run and info.attempt is None:
+            return True
+        return parent_id is not None and info.branch_from == parent_id
 
     def chain_slot(self, info: CallInfo, checkpoint_id: str) -> str:
         """The child slot of ``checkpoint_id`` whose holder fences this writer's pending
@@ -499,7 +595,8 @@ class RunContract:
     def guard_writes(
         self, info: CallInfo, checkpoint_id: str, task_id: str, channels: Iterable[str]
     ) -> dict[str, Any] | None:
-        """Parameters of ``lgd_guard_writes`` for pending writes, or None (policy off)."""
+        """Parameters of ``lgd_guard_writes_v6`` and of the fence of pending writes, or
+        None (policy off)."""
         if not self.enforced:
             return None
         channels = list(channels)
@@ -513,6 +610,45 @@ class RunContract:
             "command": info.root and task_id == NULL_TASK_ID and info.run_id is not None,
             "interrupted": info.root and info.run_id is not None and INTERRUPT in channels,
         }
+
+
+#: A parent checkpoint as ``guard_put`` reads it: its run id and its checkpoint JSON.
+ParentRow = tuple[str | None, Mapping[str, Any]]
+
+
+def progress_digest(checkpoint: Mapping[str, Any]) -> str:
+    """What LangGraph changes in a checkpoint when a new input discards unfinished work
+    of the previous run: ``versions_seen`` (without the interrupt bookkeeping) and the
+    version of the pending-Sends channel. Equal digests of a run's last checkpoint and
+    of the next run's input checkpoint: nothing was discarded, the run had finished."""
+    seen = {
+        task: {str(ch): str(v) for ch, v in (chans or {}).items()}
+        for task, chans in (checkpoint.get("versions_seen") or {}).items()
+        if task != INTERRUPT
+    }
+    tasks = (checkpoint.get("channel_versions") or {}).get(TASKS)
+    text = json.dumps([seen, None if tasks is None else str(tasks)], sort_keys=True)
+    return hashlib.sha1(text.encode("utf-8")).hexdigest()
+
+
+def head_mark(
+    checkpoint_id: str, metadata: Mapping[str, Any] | None, checkpoint: Mapping[str, Any]
+) -> str:
+    """The HEAD_KEY value for a root graph run that loaded this checkpoint."""
+    run = (metadata or {}).get(RUN_ID_KEY)
+    return json.dumps(
+        [checkpoint_id, None if run is None else str(run), progress_digest(checkpoint)]
+    )
+
+
+def _parse_head(value: Any) -> tuple[str, str | None, str] | None:
+    if not isinstance(value, str):
+        return None
+    try:
+        checkpoint_id, run, digest = json.loads(value)
+    except ValueError:
+        return None
+    return str(checkpoint_id), run, str(digest)
 
 
 def unanswered_tool_calls(values: Mapping[str, Any]) -> list[str]:
@@ -538,6 +674,20 @@ def unanswered_tool_calls(values: Mapping[str, Any]) -> list[str]:
     return found
 
 
+def carry_run_id(info: CallInfo, *configs: RunnableConfig | None) -> None:
+    """Remember the checkpoints a call outside a graph run with a run id handed out or
+    stored (see CARRIED); a call of another run or thread starts afresh."""
+    if info.in_graph_run or info.run_id is None:
+        return
+    ids = {str((c or {}).get("configurable", {}).get("checkpoint_id") or "") for c in configs}
+    if None in configs:
+        ids.add("")  # no parent: a copy of this first checkpoint has none either
+    carried = CARRIED.get()
+    if carried is not None and carried[:2] == (info.thread_id, info.run_id):
+        ids |= carried[2]
+    CARRIED.set((info.thread_id, info.run_id, frozenset(ids)))
+
+
 @dataclass(frozen=True, slots=True)
 class StartDecision:
     """``proceed``: load the head as usual. ``final``: the run finished earlier and a
@@ -555,8 +705,11 @@ __all__ = [
     "DEFAULT_METADATA_KEYS",
     "FINGERPRINT_KEY",
     "GRAPH_RUN_MARKER",
+    "HEAD_KEY",
     "MULTITASK_KEY",
     "RUN_ID_KEY",
+    "RUN_STATUSES",
+    "SQLSTATES",
     "SQLSTATE_CHILD_TAKEN",
     "SQLSTATE_CLOCK_BEHIND",
     "SQLSTATE_COMMAND_REPLAY",
@@ -565,21 +718,27 @@ __all__ = [
     "STRATEGIES",
     "Admission",
     "CallInfo",
+    "Closing",
     "HeldLease",
     "InputKind",
     "Lease",
     "LedgerRow",
     "MultitaskStrategy",
+    "ParentRow",
     "Policy",
     "RunContract",
     "RunInputRecorder",
     "RunRecord",
+    "RunStatus",
     "StartDecision",
+    "carry_run_id",
     "check_strategy",
     "find_recorder",
     "fingerprint_kind",
+    "head_mark",
     "input_fingerprint",
     "input_kind",
+    "progress_digest",
     "translate_guard_error",
     "unanswered_tool_calls",
 ]

@@ -49,7 +49,13 @@ from langgraph.checkpoint.base import (
 )
 from langgraph.checkpoint.memory import InMemorySaver
 
-from langgraph_deterministic.checkpointer.contract import ATTEMPT_KEY, RUN_ID_KEY, HeldLease
+from langgraph_deterministic.checkpointer.contract import (
+    ATTEMPT_KEY,
+    HEAD_KEY,
+    RUN_ID_KEY,
+    HeldLease,
+    head_mark,
+)
 from langgraph_deterministic.errors import NondeterminismError
 
 from ._context import RunSpec, current_scheduler, request
@@ -219,10 +225,17 @@ class JournaledCheckpointer(BaseCheckpointSaver[str]):
         raw = (config.get("metadata") or {}).get(RUN_ID_KEY)
         if raw is not None and not isinstance(raw, str) and metadata.get(RUN_ID_KEY) == str(raw):
             metadata = {**metadata, RUN_ID_KEY: raw}  # LangGraph compares it as given
+        # What the run loaded (HEAD_KEY), from the pinned checkpoint itself: the run's first
+        # write tells from it whether the previous run had finished (contract.guard_put).
+        mark = head_mark(pinned["checkpoint_id"], found.metadata, found.checkpoint)
         self._pin = found._replace(
             config={
                 **found.config,
-                "configurable": {**found.config["configurable"], ATTEMPT_KEY: pinned["attempt"]},
+                "configurable": {
+                    **found.config["configurable"],
+                    ATTEMPT_KEY: pinned["attempt"],
+                    HEAD_KEY: mark,
+                },
             },
             metadata=metadata,
             pending_writes=self._restore(found, pinned["writes"]),

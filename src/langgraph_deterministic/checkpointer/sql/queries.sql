@@ -42,12 +42,22 @@ LEFT JOIN LATERAL (
 
 -- name: list_page
 -- The checkpoints one list() call returns, before their blobs and writes are joined to
--- them (see _core._list_sql): {where} is built from the config, filter and before.
+-- them (see _core._list_sql). A NULL parameter drops its condition: sent unprepared, the
+-- statement is planned with its values, so the planner folds each `NULL IS NULL OR ...`
+-- away and the remaining conditions use their indexes (tests/checkpointer/test_plans.py).
+-- run_id repeats the filter's run id as text, so that checkpoints_run_id_idx serves it;
+-- the @> keeps the filter's exact semantics. LIMIT NULL is no limit.
 SELECT c.thread_id, c.checkpoint_ns, c.checkpoint_id, c.parent_checkpoint_id,
        c.checkpoint, c.metadata
 FROM checkpoints c
-{where}
+WHERE (%(thread_id)s::text IS NULL OR c.thread_id = %(thread_id)s::text)
+  AND (%(checkpoint_ns)s::text IS NULL OR c.checkpoint_ns = %(checkpoint_ns)s::text)
+  AND (%(checkpoint_id)s::text IS NULL OR c.checkpoint_id = %(checkpoint_id)s::text)
+  AND (%(run_id)s::text IS NULL OR (c.metadata ->> 'run_id') = %(run_id)s::text)
+  AND (%(filter)s::jsonb IS NULL OR c.metadata @> %(filter)s::jsonb)
+  AND (%(before)s::text IS NULL OR c.checkpoint_id < %(before)s::text)
 ORDER BY c.checkpoint_id DESC
+LIMIT %(limit)s::bigint
 
 -- name: pending_sends
 -- Checkpoints of format v < 4 kept pending Send packets as writes of their parent. The
@@ -65,13 +75,14 @@ GROUP BY w.thread_id, w.checkpoint_ns, w.checkpoint_id
 
 -- name: upsert_blob
 INSERT INTO checkpoint_blobs (thread_id, checkpoint_ns, channel, version, type, blob)
-VALUES (%s, %s, %s, %s, %s, %s)
+VALUES (%(thread_id)s, %(checkpoint_ns)s, %(channel)s, %(version)s, %(type)s, %(blob)s)
 ON CONFLICT (thread_id, checkpoint_ns, channel, version) DO NOTHING
 
 -- name: upsert_checkpoint
 INSERT INTO checkpoints
     (thread_id, checkpoint_ns, checkpoint_id, parent_checkpoint_id, checkpoint, metadata)
-VALUES (%s, %s, %s, %s, %s, %s)
+VALUES (%(thread_id)s, %(checkpoint_ns)s, %(checkpoint_id)s, %(parent_checkpoint_id)s,
+        %(checkpoint)s, %(metadata)s)
 ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id)
 DO UPDATE SET checkpoint = EXCLUDED.checkpoint, metadata = EXCLUDED.metadata
 
@@ -80,14 +91,16 @@ DO UPDATE SET checkpoint = EXCLUDED.checkpoint, metadata = EXCLUDED.metadata
 -- previous one of the same task; regular writes are first-writer-wins.
 INSERT INTO checkpoint_writes
     (thread_id, checkpoint_ns, checkpoint_id, task_id, task_path, idx, channel, type, blob)
-VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s)
+VALUES (%(thread_id)s, %(checkpoint_ns)s, %(checkpoint_id)s, %(task_id)s, %(task_path)s,
+        %(idx)s, %(channel)s, %(type)s, %(blob)s)
 ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id, task_id, idx)
 DO UPDATE SET channel = EXCLUDED.channel, type = EXCLUDED.type, blob = EXCLUDED.blob
 
 -- name: insert_write
 INSERT INTO checkpoint_writes
     (thread_id, checkpoint_ns, checkpoint_id, task_id, task_path, idx, channel, type, blob)
-VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s)
+VALUES (%(thread_id)s, %(checkpoint_ns)s, %(checkpoint_id)s, %(task_id)s, %(task_path)s,
+        %(idx)s, %(channel)s, %(type)s, %(blob)s)
 ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id, task_id, idx) DO NOTHING
 
 -- name: delete_thread
@@ -451,13 +464,22 @@ LEFT JOIN LATERAL (
 WHERE r.thread_id = %(thread_id)s AND r.run_id = %(run_id)s
 
 -- name: guarded_put_checkpoint
--- upsert_checkpoint followed by lgd_guard_put_v5 (fencing, ledger, lease renewal and
--- deliberate branches, in subgraph namespaces too), in one statement (migration 0015).
-SELECT lgd_put_checkpoint_v5(%s, %s, %s, %s, %s, %s, %s, %s::text, %s, %s::text, %s)
+-- upsert_checkpoint with the arbitration of migration 0016 (the lease, one child per
+-- attempt lineage, the ledger) in one statement; closes/closes_run: contract.guard_put.
+SELECT lgd_put_checkpoint_v6(
+    %(thread_id)s, %(checkpoint_ns)s, %(checkpoint_id)s, %(parent_checkpoint_id)s::text,
+    %(checkpoint)s, %(metadata)s, %(run_id)s::text, %(attempt)s::text,
+    %(fingerprint)s::text, %(ledger)s, %(branch)s, %(closes)s::text, %(closes_run)s::text)
+
+-- name: select_parent_progress
+-- The parent of a root write outside a graph run (contract.needs_parent): its run and its
+-- checkpoint, from which the contract decides what the write makes of that run.
+SELECT metadata ->> 'run_id', checkpoint FROM checkpoints
+WHERE thread_id = %(thread_id)s AND checkpoint_ns = '' AND checkpoint_id = %(checkpoint_id)s
 
 -- name: guard_writes
-SELECT lgd_guard_writes(
-    %(thread_id)s, %(checkpoint_ns)s, %(checkpoint_id)s, %(attempt)s, %(run_id)s,
+SELECT lgd_guard_writes_v6(
+    %(thread_id)s, %(checkpoint_ns)s, %(checkpoint_id)s, %(run_id)s::text,
     %(command)s, %(interrupted)s)
 
 -- name: refuse_attempt
@@ -467,26 +489,33 @@ INSERT INTO lgd_chain (thread_id, checkpoint_ns, parent_checkpoint_id, checkpoin
 VALUES (%(thread_id)s, %(checkpoint_ns)s, %(checkpoint_id)s, 'refused:' || %(attempt)s, %(run_id)s, %(attempt)s)
 ON CONFLICT (thread_id, checkpoint_ns, parent_checkpoint_id) DO NOTHING
 
--- name: guarded_writes
--- One pending write, fenced: refused (by lgd_refuse_writes, called only when the checkpoint
--- already has a child in the writer's lineage) if another attempt has continued the
--- checkpoint, and (by lgd_refuse_leased_v3, called only then) while another run holds a
--- live lease on the thread. Both are index probes inside this one statement. The conflict
--- placeholder below becomes the ON CONFLICT clause of upsert_write / insert_write.
+-- name: guarded_write
+-- One pending write, fenced (migration 0016): refused by lgd_fence_writes_v6, called only
+-- when the checkpoint's slot in the writer's lineage is held already, if another attempt
+-- has continued the checkpoint; and by lgd_refuse_v6, called only then, while another run
+-- holds a live lease on the thread. Both are index probes inside this one statement.
+-- replace: upsert_write's conflict rule (special writes replace the task's previous one),
+-- else insert_write's (first writer wins: the update's WHERE is false).
 INSERT INTO checkpoint_writes
     (thread_id, checkpoint_ns, checkpoint_id, task_id, task_path, idx, channel, type, blob)
-SELECT %s, %s, %s, %s, %s, %s, %s, %s, %s
+SELECT %(thread_id)s, %(checkpoint_ns)s, %(checkpoint_id)s, %(task_id)s, %(task_path)s,
+       %(idx)s, %(channel)s, %(type)s, %(blob)s
 WHERE NOT EXISTS (
     SELECT 1 FROM lgd_chain ch
-    WHERE ch.thread_id = %s AND ch.checkpoint_ns = %s AND ch.parent_checkpoint_id = %s
-      AND lgd_refuse_writes(ch.checkpoint_id, ch.run_id, ch.attempt, %s::text, %s, %s)
+    WHERE ch.thread_id = %(thread_id)s AND ch.checkpoint_ns = %(checkpoint_ns)s
+      AND ch.parent_checkpoint_id = %(slot)s
+      AND lgd_fence_writes_v6(ch.checkpoint_id, ch.run_id, ch.attempt, %(attempt)s::text,
+                              %(checkpoint_id)s, %(checkpoint_ns)s)
 ) AND NOT EXISTS (
     SELECT 1 FROM lgd_leases l
-    WHERE l.thread_id = %s AND l.ended IS NULL AND l.expires_at > now()
-      AND l.run_id IS DISTINCT FROM %s::text
-      AND lgd_refuse_leased_v3(l.run_id, l.outcome, l.thread_id)
+    WHERE l.thread_id = %(thread_id)s AND l.ended IS NULL AND l.expires_at > now()
+      AND l.run_id IS DISTINCT FROM %(run_id)s::text
+      AND lgd_refuse_v6('LG413', 'lgd: thread leased by another run',
+                        format('run %%s holds thread %%s (%%s)', l.run_id, l.thread_id, l.outcome))
 )
-{conflict}
+ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id, task_id, idx)
+DO UPDATE SET channel = EXCLUDED.channel, type = EXCLUDED.type, blob = EXCLUDED.blob
+WHERE %(replace)s
 
 -- name: child_of_run
 -- put_batch's at-most-once check: the root checkpoint a run wrote on top of the one it
