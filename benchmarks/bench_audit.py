@@ -21,8 +21,10 @@ The embedded server's data lives in $LGD_CACHE_DIR/bench-audit-pg, else
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import queue
+import resource
 import signal
 import statistics
 import sys
@@ -57,14 +59,6 @@ def database(server_dsn: str, threads: int, planted: int) -> tuple[str, dict[str
         if ready and ready[0]:
             rows = conn.execute("SELECT thread_id, faults FROM bench_expected").fetchall()
             print(f"reusing database {name}")
-            # the 'active' controls were written "a moment ago" when the database was built
-            active = [t for t, k in fault_db.plan(threads, planted) if k == "active"]
-            conn.execute(
-                "UPDATE checkpoints SET checkpoint = jsonb_set(checkpoint, '{ts}', to_jsonb("
-                "to_char(now() AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"+00:00\"')))"
-                " WHERE thread_id = ANY(%s)",
-                (active,),
-            )
             return dsn, {t: frozenset(f) for t, f in rows}
     started = time.perf_counter()
     expected = fault_db.build(dsn, threads=threads, planted=planted, runs=RUNS_PER_THREAD)
@@ -75,6 +69,19 @@ def database(server_dsn: str, threads: int, planted: int) -> tuple[str, dict[str
                 cp.write_row((t, sorted(f)))
     print(f"built database {name} in {time.perf_counter() - started:.0f} s")
     return dsn, expected
+
+
+def refresh_active(dsn: str, threads: int, planted: int) -> None:
+    """The 'active' controls were written "a moment ago": make that true again before each
+    audit (an audit more than --idle after it would rightly call them stuck)."""
+    active = [t for t, k in fault_db.plan(threads, planted) if k == "active"]
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(
+            "UPDATE checkpoints SET checkpoint = jsonb_set(checkpoint, '{ts}', to_jsonb("
+            "to_char(now() AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"+00:00\"')))"
+            " WHERE thread_id = ANY(%s)",
+            (active,),
+        )
 
 
 def check(report: Any, expected: dict[str, frozenset[str]]) -> tuple[int, int, int]:
@@ -150,19 +157,144 @@ class Writers:
         return samples
 
 
-def _audit_child(dsn: str, pause: float | None, ready: Any, out: Any, stopped: Any) -> None:
+def _audit_child(
+    dsn: str, pause: float | None, duty: float | None, src: str | None, ready: Any, out: Any, stopped: Any
+) -> None:
+    if src is not None:  # --compare: the audit of another checkout (its src/ directory)
+        for name in [m for m in sys.modules if m.split(".")[0] == "langgraph_deterministic"]:
+            del sys.modules[name]
+        sys.path.insert(0, src)
     from langgraph_deterministic.ops import audit as audit_module
 
     # the automatic pace times each range: leave out the time this process sat in SIGSTOP
     audit_module._clock = lambda: time.monotonic() - stopped.value
     ready.set()  # imports done (spawn): the windows start now
-    report = audit(dsn, pause=pause)
+    report = audit_module.audit(dsn, pause=pause, **({} if duty is None else {"duty": duty}))
     report.heads.clear()  # not needed by the parent; keeps the pickle small
-    out.put(report)
+    out.put((report, resource.getrusage(resource.RUSAGE_SELF)))
+
+
+def _idle_child(dsn: str, seconds: float, ready: Any, out: Any) -> None:
+    """The null round: a process that is stopped and resumed like the audit but does
+    nothing, so the on/off split itself can be seen to move the p99 by noise only."""
+    ready.set()
+    time.sleep(seconds)
+    out.put((None, resource.getrusage(resource.RUSAGE_SELF)))
 
 
 def pct(values: list[float], q: float) -> float:
     return statistics.quantiles(values, n=1000)[int(q * 1000) - 1] * 1000 if len(values) > 10 else float("nan")
+
+
+class ServerCpu:
+    """CPU seconds used by the server processes serving the ops tools (application_name
+    'langgraph-deterministic ops'), read from /proc by a thread every 0.1 s: only when the
+    server runs on this machine under this user (else :meth:`read` returns None). A
+    backend's last 0.1 s before it disconnects can be missed."""
+
+    def __init__(self, dsn: str) -> None:
+        import threading
+
+        self._conn = psycopg.connect(dsn, autocommit=True)
+        self._tick = os.sysconf("SC_CLK_TCK")
+        self._seen: dict[int, float] = {}
+        self._readable = True
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.wait(0.1):
+            for (pid,) in self._conn.execute(
+                "SELECT pid FROM pg_stat_activity WHERE application_name = 'langgraph-deterministic ops'"
+            ).fetchall():
+                try:
+                    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+                except PermissionError:  # a server run by another user
+                    self._readable = False
+                    continue
+                except OSError:  # it exited meanwhile
+                    continue
+                self._seen[pid] = (int(fields[11]) + int(fields[12])) / self._tick
+
+    def read(self) -> float | None:
+        time.sleep(0.25)  # one more sample
+        return sum(self._seen.values()) if self._readable else None
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join()
+        self._conn.close()
+
+
+def _temp_bytes(conn: Any) -> int:
+    row = conn.execute("SELECT temp_bytes FROM pg_stat_database WHERE datname = current_database()").fetchone()
+    return int(row[0])
+
+
+def _round(args: argparse.Namespace, dsn: str, ctx: Any, arm: tuple[str, float | None, str | None] | None, cpu: Any) -> tuple[list[tuple[str, float, float]], Any, float | None]:
+    """One audit (or, ``arm`` None, an idle process) stopped and resumed every --window
+    seconds: returns the windows, the audit's report and rusage, its backend CPU."""
+    result = ctx.Queue()
+    ready = ctx.Event()
+    stopped = ctx.Value("d", 0.0)  # seconds the audit child spent stopped so far
+    if arm is None:
+        proc = ctx.Process(target=_idle_child, args=(dsn, args.null_seconds, ready, result))
+    else:
+        _, duty, src = arm
+        proc = ctx.Process(target=_audit_child, args=(dsn, args.pause, duty, src, ready, result, stopped))
+    before = cpu() if cpu else None
+    windows: list[tuple[str, float, float]] = []
+    proc.start()
+    ready.wait()
+    running = True
+    while True:
+        start = time.time()
+        try:  # the report comes back before the child can exit (a Queue's rule)
+            got = result.get(timeout=args.window)
+        except queue.Empty:
+            windows.append(("on" if running else "off", start, time.time()))
+            if not running:
+                stopped.value += time.time() - start  # before it can read its clock
+            os.kill(proc.pid, signal.SIGSTOP if running else signal.SIGCONT)
+            running = not running
+            continue
+        windows.append(("on", start, time.time()))
+        break
+    proc.join()
+    after = cpu() if cpu else None
+    server_cpu = None if before is None or after is None else after - before
+    return windows, got, server_cpu
+
+
+def _split(windows: list[tuple[str, float, float]], samples: list[tuple[float, float]]) -> dict[str, list[list[float]]]:
+    """Per phase, the writers' put latencies of each window."""
+    by_phase: dict[str, list[list[float]]] = {"on": [], "off": []}
+    for name, start, end in windows:
+        if name == "off":
+            start += 0.5  # a statement sent before SIGSTOP may still be running
+        by_phase[name].append([took for at, took in samples if start <= at < end])
+    return by_phase
+
+
+def _ratio(on: list[list[float]], off: list[list[float]]) -> float:
+    return pct([x for w in on for x in w], 0.99) / pct([x for w in off for x in w], 0.99)
+
+
+def _interval(on: list[list[float]], off: list[list[float]], n: int = 300) -> tuple[float, float]:
+    """A 90% bootstrap interval of the p99 ratio, resampling whole windows (latencies
+    within a window are correlated: one noisy neighbour burst spans many puts)."""
+    import random
+
+    rng = random.Random(1)
+    ratios = sorted(
+        _ratio([rng.choice(on) for _ in on], [rng.choice(off) for _ in off]) for _ in range(n)
+    )
+    return ratios[int(0.05 * n)], ratios[int(0.95 * n) - 1]
+
+
+def _load() -> str:
+    return "/".join(f"{x:.1f}" for x in os.getloadavg())
 
 
 def main() -> int:
@@ -172,8 +304,15 @@ def main() -> int:
     parser.add_argument("--writers", type=int, default=8)
     parser.add_argument("--interval", type=float, default=20.0, help="ms between a writer's puts")
     parser.add_argument("--window", type=float, default=2.0, help="seconds per on/off window")
+    parser.add_argument("--rounds", type=int, default=4, help="audits beside the writers")
+    parser.add_argument("--null-seconds", type=float, default=40.0, help="length of the null round (0: none)")
     parser.add_argument("--drop", action="store_true", help="drop the database at the end")
     parser.add_argument("--pause", type=float, default=None, help="audit: seconds between ranges (default: automatic)")
+    parser.add_argument("--duty", type=float, default=None, help="audit: the automatic pace's duty cycle (default: audit's)")
+    parser.add_argument("--also-duty", type=float, action="append", default=[],
+                        help="another arm: this checkout's audit at this duty (repeatable)")
+    parser.add_argument("--compare", type=Path, help="another arm: the audit of another checkout's src/ directory")
+    parser.add_argument("--json", type=Path, help="write the figures here")
     args = parser.parse_args()
 
     server = None
@@ -187,71 +326,112 @@ def main() -> int:
         with psycopg.connect(dsn, autocommit=True) as conn:
             for table in ("checkpoint_writes", "checkpoint_blobs", "checkpoints"):
                 conn.execute(f"DELETE FROM {table} WHERE thread_id LIKE 'writer-%%'")  # last run's
+            conn.execute("VACUUM checkpoints, checkpoint_blobs, checkpoint_writes")  # not during the audit
             (n,) = conn.execute("SELECT count(*) FROM checkpoints").fetchone()  # type: ignore[misc]
-        print(f"{n} checkpoints, {len(expected)} threads, {sum(1 for e in expected.values() if e)} with planted faults")
+            print(f"{n} checkpoints, {len(expected)} threads, {sum(1 for e in expected.values() if e)} with planted faults")
 
-        pacing = "automatic" if args.pause is None else f"--pause {args.pause}"
-        print(f"audit pacing: {pacing}")
-        report = audit(dsn, pause=args.pause)
+            pacing = "automatic" if args.pause is None else f"--pause {args.pause}"
+            if args.duty is not None:
+                pacing += f", duty {args.duty}"
+            print(f"audit pacing: {pacing}; load average {_load()}")
+            sampler = ServerCpu(dsn)
+            cpu = sampler.read
+            refresh_active(dsn, args.threads, args.planted)
+            temp0 = _temp_bytes(conn)
+            rusage0 = resource.getrusage(resource.RUSAGE_SELF)
+            cpu0 = cpu()
+            report = audit(dsn, pause=args.pause, **({} if args.duty is None else {"duty": args.duty}))
+            cpu1 = cpu()
+            rusage1 = resource.getrusage(resource.RUSAGE_SELF)
+            temp = _temp_bytes(conn) - temp0
         total, missed, false = check(report, expected)
+        client_cpu = rusage1.ru_utime + rusage1.ru_stime - rusage0.ru_utime - rusage0.ru_stime
+        server_cpu = None if cpu0 is None or cpu1 is None else cpu1 - cpu0
         print(
             f"audit alone: {report.seconds:.1f} s ({report.paused_seconds:.1f} s paused) for {report.checkpoints} checkpoints "
             f"({report.threads} threads); planted faults {total}, missed {missed}, "
             f"false positives {false}; counts {report.counts()}"
         )
+        server_s = "n/a" if server_cpu is None else f"{server_cpu:.1f}"
+        print(f"  CPU: server backend {server_s} s, audit process {client_cpu:.1f} s; temp files written {temp} bytes; load average {_load()}")
+        figures: dict[str, Any] = {
+            "alone": {"seconds": report.seconds, "paused": report.paused_seconds, "server_cpu": server_cpu,
+                      "client_cpu": client_cpu, "temp_bytes": temp, "missed": missed, "false": false},
+            "rounds": [],
+        }
 
-        # Interleaved: the audit runs in its own process, stopped (SIGSTOP) and resumed
+        # Interleaved: each audit runs in its own process, stopped (SIGSTOP) and resumed
         # every --window seconds, so "audit on" and "audit off" windows alternate through
-        # the whole run and see the same background load (this machine is shared).
+        # the whole run and see the same background load (this machine is shared). The
+        # writers run through every round; the first round is a null round (an idle
+        # process in place of the audit): its ratio is the noise of the split itself.
         writers = Writers(dsn, args.writers, args.interval / 1000)
         writers.start()
         time.sleep(5)  # processes start, connect, warm up
         import multiprocessing as mp
 
         ctx = mp.get_context("spawn")
-        result = ctx.Queue()
-        ready = ctx.Event()
-        stopped = ctx.Value("d", 0.0)  # seconds the audit child spent stopped so far
-        proc = ctx.Process(target=_audit_child, args=(dsn, args.pause, ready, result, stopped))
-        windows: list[tuple[str, float, float]] = []
-        proc.start()
-        ready.wait()
-        running = True
-        while True:
-            start = time.time()
-            try:  # the report comes back before the child can exit (a Queue's rule)
-                during = result.get(timeout=args.window)
-            except queue.Empty:
-                windows.append(("on" if running else "off", start, time.time()))
-                if not running:
-                    stopped.value += time.time() - start  # before it can read its clock
-                os.kill(proc.pid, signal.SIGSTOP if running else signal.SIGCONT)
-                running = not running
-                continue
-            windows.append(("on", start, time.time()))
-            break
-        proc.join()
+        main_arm = ("this checkout" + ("" if args.duty is None else f", duty {args.duty:g}"), args.duty, None)
+        arms = [main_arm] + [(f"this checkout, duty {d:g}", d, None) for d in args.also_duty]
+        if args.compare:
+            arms.append((f"{args.compare}", None, str(args.compare)))
+        # the arms take turns, round after round: each sees the same drift in load
+        plan: list[tuple[str, float | None, str | None] | None] = [None] if args.null_seconds > 0 else []
+        plan += [arm for _ in range(args.rounds) for arm in arms]
+        rounds = []
+        for arm in plan:
+            refresh_active(dsn, args.threads, args.planted)
+            load_before = _load()
+            windows, (during, usage), server_cpu = _round(args, dsn, ctx, arm, cpu)
+            rounds.append((arm, windows, during, usage, server_cpu, load_before, _load()))
         samples = writers.stop()
-        by_phase: dict[str, list[float]] = {"on": [], "off": []}
-        for name, start, end in windows:
-            if name == "off":
-                start += 0.5  # a statement sent before SIGSTOP may still be running
-            by_phase[name] += [took for at, took in samples if start <= at < end]
-        _, missed2, false2 = check(during, expected)
-        on_s = sum(e - s for n, s, e in windows if n == "on")
-        print(
-            f"audit beside {args.writers} writers: {on_s:.1f} s running ({len(windows)} windows "
-            f"of {args.window} s, alternately running and stopped; {during.paused_seconds:.1f} s "
-            f"paused, {during.seconds:.1f} s wall); missed {missed2}, false positives {false2}"
-        )
-        base = by_phase["off"]
-        for name in ("off", "on"):
-            v = by_phase[name]
-            print(f"  writers, audit {name:3}: {len(v):6} puts  p50 {pct(v, 0.5):6.2f} ms  p99 {pct(v, 0.99):6.2f} ms")
-        ratio = pct(by_phase["on"], 0.99) / pct(base, 0.99)
-        print(f"writers' p99 during the audit / baseline p99: {ratio:.2f}")
-        ok = missed == false == missed2 == false2 == 0 and report.seconds < 60
+        sampler.close()
+
+        pooled: dict[str, dict[str, list[list[float]]]] = {arm[0]: {"on": [], "off": []} for arm in arms}
+        bad = 0
+        print(f"beside {args.writers} writers (one put every {args.interval:g} ms each), windows of {args.window:g} s:")
+        for arm, windows, during, usage, server_cpu, load_before, load_after in rounds:
+            phases = _split(windows, samples)
+            on_s = sum(e - s for n, s, e in windows if n == "on")
+            ratio = _ratio(phases["on"], phases["off"])
+            p99 = {k: pct([x for w in v for x in w], 0.99) for k, v in phases.items()}
+            if arm is None:
+                label = "null round (idle process)"
+                detail = ""
+                figures["null_ratio"] = ratio
+            else:
+                pooled[arm[0]]["on"] += phases["on"]
+                pooled[arm[0]]["off"] += phases["off"]
+                _, missed2, false2 = check(during, expected)
+                if arm is main_arm:
+                    bad += missed2 + false2
+                server_s = "n/a" if server_cpu is None else f"{server_cpu:.1f} s"
+                detail = (f"; audit {on_s:.1f} s running ({during.paused_seconds:.1f} s paused), "
+                          f"CPU server {server_s} client {usage.ru_utime + usage.ru_stime:.1f} s, "
+                          f"missed {missed2}, false positives {false2}")
+                label = f"audit ({arm[0]})"
+                figures["rounds"].append({"arm": arm[0], "ratio": ratio, "p99_off": p99["off"], "p99_on": p99["on"],
+                                          "running": on_s, "paused": during.paused_seconds,
+                                          "server_cpu": server_cpu, "client_cpu": usage.ru_utime + usage.ru_stime,
+                                          "missed": missed2, "false": false2, "load": [load_before, load_after]})
+            print(f"  {label}: p99 off {p99['off']:.2f} ms / on {p99['on']:.2f} ms = {ratio:.2f}"
+                  f"{detail}; load average {load_before} -> {load_after}")
+        figures["arms"] = {}
+        for name, phases in pooled.items():
+            on_v = [x for w in phases["on"] for x in w]
+            off_v = [x for w in phases["off"] for x in w]
+            r = _ratio(phases["on"], phases["off"])
+            low, high = _interval(phases["on"], phases["off"])
+            figures["arms"][name] = {"ratio": r, "interval": [low, high], "p99_off": pct(off_v, 0.99),
+                                     "p99_on": pct(on_v, 0.99), "puts": [len(off_v), len(on_v)]}
+            print(f"{name}: {args.rounds} rounds pooled, writers' p99 off {pct(off_v, 0.99):.2f} ms "
+                  f"({len(off_v)} puts, p50 {pct(off_v, 0.5):.2f}) / on {pct(on_v, 0.99):.2f} ms ({len(on_v)} puts, "
+                  f"p50 {pct(on_v, 0.5):.2f}) = {r:.2f} (90% interval over windows {low:.2f}-{high:.2f})")
+        ratio = figures["arms"][main_arm[0]]["ratio"]
+        ok = missed == false == bad == 0 and report.seconds < 60
         print("RESULT:", "ok" if ok and ratio < 1.2 else "NOT MET")
+        if args.json:
+            args.json.write_text(json.dumps(figures, indent=2))
         if args.drop:
             with psycopg.connect(url, autocommit=True) as conn:
                 conn.execute(f'DROP DATABASE "{psycopg.conninfo.conninfo_to_dict(dsn)["dbname"]}" WITH (FORCE)')

@@ -16,14 +16,10 @@ from __future__ import annotations
 
 import operator
 import queue
-import sys
 import threading
 import uuid
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Annotated, Any, TypedDict
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
 from langchain_core.messages import AIMessage, AnyMessage, HumanMessage
 from langgraph.graph import END, START, StateGraph

@@ -14,13 +14,9 @@ Temporal's semantics for an activity with a retry policy and a heartbeat timeout
 from __future__ import annotations
 
 import operator
-import sys
 import threading
 import uuid
-from pathlib import Path
 from typing import Annotated, Any, TypedDict
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
 from langgraph.graph import END, START, StateGraph
 

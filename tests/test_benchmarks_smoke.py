@@ -136,13 +136,15 @@ def test_audit_benchmark_runs_small(pg_server_dsn: str) -> None:
     bench = BENCH.parent / "bench_audit.py"
     env = {**os.environ, "DATABASE_URL": pg_server_dsn}
     done = subprocess.run(
-        [sys.executable, str(bench), "--threads", "300", "--planted", "2", "--window", "0.5",
-         "--drop"],
+        [sys.executable, str(bench), "--threads", "300", "--planted", "2", "--window", "1",
+         "--rounds", "1", "--null-seconds", "2", "--also-duty", "0.25", "--drop"],
         capture_output=True, text=True, env=env, timeout=300,
     )  # fmt: skip
     assert done.returncode == 0, done.stdout + done.stderr
     assert "missed 0, false positives 0" in done.stdout
-    assert "writers' p99 during the audit / baseline p99:" in done.stdout
+    assert "null round (idle process): p99 off" in done.stdout
+    for arm in ("this checkout", "this checkout, duty 0.25"):
+        assert f"\n{arm}: 1 rounds pooled, writers' p99 off" in done.stdout, done.stdout
 
 
 GRAPH = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_graph.py"

@@ -20,10 +20,12 @@ from devtools.postgres import create_database, database_name, drop_database
 from langgraph_deterministic.cli import main
 from langgraph_deterministic.ops import DEFAULT_IDLE, STATEMENT_TIMEOUT_MS
 from langgraph_deterministic.ops.audit import (
+    AUDIT_WORK_MEM,
     AUTO_BUSY_WAL_BYTES_PER_S,
     AUTO_DUTY,
     DEFAULT_BATCH_ROWS,
     FAULTS,
+    RANGE_TARGET_S,
 )
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "operations.md"
@@ -199,10 +201,14 @@ def test_quoted_defaults_are_the_cli_defaults(capsys: pytest.CaptureFixture[str]
     flat = " ".join(TEXT.split())
     assert f"(`--statement-timeout`, default {STATEMENT_TIMEOUT_MS} ms)" in flat
     assert f"(default {int(DEFAULT_IDLE.total_seconds())})" in flat
-    assert f"about {DEFAULT_BATCH_ROWS:,} checkpoints" in flat
+    assert f"up to {DEFAULT_BATCH_ROWS:,} checkpoints" in flat
+    assert f"run about {RANGE_TARGET_S * 1000:g} ms" in flat
+    assert f"`work_mem` {AUDIT_WORK_MEM}" in flat
     assert f"faster than {AUTO_BUSY_WAL_BYTES_PER_S // 1024} KiB/s" in flat
     assert AUTO_DUTY == 0.5 and "as long as the range took" in flat and "at most half" in flat
+    assert f"`--duty SHARE` (default {AUTO_DUTY:g})" in flat
     assert main(["audit", "--help"]) == 0
     help_text = " ".join(capsys.readouterr().out.split())
     assert f"(default {STATEMENT_TIMEOUT_MS})" in help_text
+    assert f"(default {AUTO_DUTY:g};" in help_text
     assert f"(default {int(DEFAULT_IDLE.total_seconds())})" in help_text

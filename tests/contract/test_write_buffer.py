@@ -200,3 +200,21 @@ def test_buffer_writes_is_checked(db: str) -> None:
     for wrong in (-1, 61, float("nan")):
         with pytest.raises(ConfigurationError, match="buffer_writes"):
             DeterministicSaver(db, buffer_writes=wrong)
+
+
+def test_a_read_drops_a_fenced_attempts_leftover_writes_and_raises_anything_else(
+    db: str,
+) -> None:
+    """Before a read, the writes still waiting on the thread are stored. When the guard
+    refuses them (their attempt was fenced meanwhile: LG410/LG413), the read goes on
+    without them; any other failure is the read's own and propagates."""
+    from langgraph_deterministic.checkpointer._batch import Statement
+    from langgraph_deterministic.checkpointer._writebuffer import store_leftovers
+
+    refuse = "SELECT lgd_refuse_v6(%(code)s, 'fenced', '')"
+    with DeterministicSaver(db) as saver:
+        for code in ("LG410", "LG413"):
+            assert saver._run(store_leftovers([Statement(refuse, {"code": code})])) is None
+        with pytest.raises(Exception) as raised:
+            saver._run(store_leftovers([Statement("SELECT 1 / 0")]))
+        assert "division by zero" in str(raised.value)

@@ -1,10 +1,12 @@
 """The audit's pace: a fixed --pause, or (the default) automatic: full speed while the
-database is quiet, a wait as long as each range took while live workers write (WAL grows).
+database is quiet, a duty cycle on its own statement time while live workers write (WAL
+grows); ranges sized towards a short statement; no temp file written.
 The effect on live workers' latency is measured by benchmarks/bench_audit.py, not here."""
 
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Iterator
 
 import psycopg
@@ -13,7 +15,15 @@ from benchmarks import fault_db
 
 from devtools.postgres import create_database, database_name, drop_database
 from langgraph_deterministic.cli import main
-from langgraph_deterministic.ops.audit import AUTO_BUSY_WAL_BYTES_PER_S, Pacer, audit
+from langgraph_deterministic.ops import audit as audit_module
+from langgraph_deterministic.ops.audit import (
+    _MIN_BATCH_ROWS,
+    AUTO_BUSY_WAL_BYTES_PER_S,
+    RANGE_TARGET_S,
+    Pacer,
+    _next_rows,
+    audit,
+)
 
 
 def test_fixed_pause_is_kept_whatever_the_load() -> None:
@@ -33,6 +43,58 @@ def test_automatic_pace_runs_full_speed_when_quiet_and_halves_the_duty_when_busy
     assert pacer.wait_after(0.1, None, 2.0) == pytest.approx(0.1)  # WAL unreadable: careful
     assert pacer.busy_ranges == 2 and pacer.waited == pytest.approx(0.5)
     assert Pacer(duty=0.25).wait_after(0.1, busy, 2.0) == pytest.approx(0.3)
+
+
+def test_ranges_are_sized_towards_a_short_statement() -> None:
+    t = RANGE_TARGET_S
+    assert _next_rows(4000, t, 20_000) == 4000  # on target: kept
+    assert _next_rows(4000, t / 4, 20_000) == 8000  # fast: grows, at most twice a range
+    assert _next_rows(4000, t * 1.25, 20_000) == 3200
+    assert _next_rows(4000, t * 10, 20_000) == 2000  # slow: shrinks, at most by half a range
+    assert _next_rows(16_000, t / 10, 20_000) == 20_000  # never past batch_rows
+    assert _next_rows(_MIN_BATCH_ROWS, t * 10, 20_000) == _MIN_BATCH_ROWS
+    assert _next_rows(1000, t * 10, 100) == 100  # batch_rows below the floor wins
+
+
+def _temp_files(dsn: str) -> int:
+    """Temp files this database's backends wrote, once the audit's backend has exited (a
+    backend reports its statistics when it exits)."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        for _ in range(100):
+            gone = conn.execute(
+                "SELECT NOT EXISTS (SELECT 1 FROM pg_stat_activity WHERE datname = "
+                "current_database() AND application_name = 'langgraph-deterministic ops')"
+            ).fetchone()
+            if gone and gone[0]:
+                break
+            time.sleep(0.05)
+        time.sleep(0.2)
+        row = conn.execute(
+            "SELECT temp_files FROM pg_stat_database WHERE datname = current_database()"
+        ).fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+def test_audit_writes_no_temp_file_even_for_big_ranges(
+    pg_server_dsn: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    dsn = create_database(pg_server_dsn, prefix="lgd_temp")
+    try:
+        expected = fault_db.build(dsn, threads=700, planted=2, runs=8)  # 28,000 checkpoints
+        # one range of 20,000 checkpoints whatever the statement time
+        monkeypatch.setattr(audit_module, "RANGE_TARGET_S", 1e6)
+        monkeypatch.setattr(audit_module, "_MIN_BATCH_ROWS", 20_000)
+        before = _temp_files(dsn)
+        report = audit(dsn, pause=0.0, batch_rows=20_000)
+        assert _found(report) == {t: set(e) for t, e in expected.items() if e}
+        assert _temp_files(dsn) == before
+        # the control: the same range at the server's default work_mem (4 MB) spills
+        monkeypatch.setattr(audit_module, "AUDIT_WORK_MEM", None)
+        audit(dsn, pause=0.0, batch_rows=20_000)
+        assert _temp_files(dsn) > before
+    finally:
+        drop_database(pg_server_dsn, database_name(dsn))
 
 
 @pytest.fixture()
@@ -81,3 +143,11 @@ def test_cli_pause_option(planted: tuple[str, dict[str, frozenset[str]]]) -> Non
     assert main(["audit", "--dsn", dsn, "--pause", "0.01"]) == 1
     assert main(["audit", "--dsn", dsn, "--pause", "-1"]) == 2  # usage
     assert main(["audit", "--dsn", dsn, "--pause", "soon"]) == 2
+
+
+def test_cli_duty_option(planted: tuple[str, dict[str, frozenset[str]]]) -> None:
+    dsn, _ = planted
+    assert main(["audit", "--dsn", dsn, "--duty", "0.25"]) == 1  # damage planted
+    assert main(["audit", "--dsn", dsn, "--duty", "1"]) == 1
+    for bad in ("0", "1.5", "half"):
+        assert main(["audit", "--dsn", dsn, "--duty", bad]) == 2

@@ -297,38 +297,48 @@ def _apply_statements(
         if index and (yield from _index_state(index)) is True:
             report(StepReport(migration, statement, "skipped", reason=f"index {index} exists"))
             continue
-        for attempts, pause in enumerate([*policy.pauses(), None], 1):
-            try:
-                if index and (yield from _index_state(index)) is False:
-                    # A CONCURRENTLY build that was interrupted (or timed out on its
-                    # lock) leaves an INVALID index that IF NOT EXISTS would skip
-                    # forever: drop it so the build is redone.
-                    yield _single(_drop_index_sql(index))
-                yield _single(statement)
-                break
-            except psycopg.errors.LockNotAvailable as exc:
-                if pause is None:
-                    yield from _give_up(migration, statement, policy, attempts, exc, index)
-                yield _single(f"SELECT pg_sleep({pause})")
-            except psycopg.errors.QueryCanceled as exc:
-                raise _cancelled(migration, statement, exc) from exc
+        attempts = yield from _retrying(
+            _statement_step(statement, index), policy, migration, statement, index
+        )
         report(StepReport(migration, statement, "applied", time.perf_counter() - t0, attempts))
     record = _record(migration)
     yield from _retrying(Batch((record,), atomic=True, pipeline=False), policy, migration,
                          record.sql)  # fmt: skip
 
 
+def _statement_step(statement: str, index: str | None) -> Callable[[], Operation[None]]:
+    """One attempt at a statement of a migration split into statements."""
+
+    def attempt() -> Operation[None]:
+        if index and (yield from _index_state(index)) is False:
+            # A CONCURRENTLY build that was interrupted (or timed out on its lock) leaves
+            # an INVALID index that IF NOT EXISTS would skip forever: drop it so the build
+            # is redone.
+            yield _single(_drop_index_sql(index))
+        yield _single(statement)
+
+    return attempt
+
+
 def _retrying(
-    batch: Batch, policy: LockPolicy, migration: Migration, what: str
+    step: Batch | Callable[[], Operation[None]],
+    policy: LockPolicy,
+    migration: Migration,
+    what: str,
+    index: str | None = None,
 ) -> Operation[int]:
-    """Run ``batch``; on a lock timeout pause and run it again. Returns the attempts."""
+    """Run ``step`` (a batch, or an operation made afresh per attempt); on a lock timeout
+    pause and run it again. Returns the attempts."""
     for attempts, pause in enumerate([*policy.pauses(), None], 1):
         try:
-            yield batch
+            if isinstance(step, Batch):
+                yield step
+            else:
+                yield from step()
             return attempts
         except psycopg.errors.LockNotAvailable as exc:
             if pause is None:
-                yield from _give_up(migration, what, policy, attempts, exc, None)
+                yield from _give_up(migration, what, policy, attempts, exc, index)
             yield _single(f"SELECT pg_sleep({pause})")
         except psycopg.errors.QueryCanceled as exc:
             raise _cancelled(migration, what, exc) from exc

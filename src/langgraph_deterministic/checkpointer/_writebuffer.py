@@ -39,7 +39,10 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 
-from langgraph_deterministic.checkpointer._batch import Statement
+import psycopg
+
+from langgraph_deterministic.checkpointer._batch import Batch, Operation, Statement
+from langgraph_deterministic.checkpointer._sqlstate import SQLSTATES
 
 logger = logging.getLogger("langgraph_deterministic")
 
@@ -230,6 +233,25 @@ class WriteBuffer:
 
 
 _TASKS: set[asyncio.Future[None]] = set()  # timed stores in flight (keep a reference)
+
+
+def store_leftovers(statements: Sequence[Statement]) -> Operation[None]:
+    """Before a read of a thread: store the writes still waiting there for their put. They
+    may be another attempt's that has since been fenced (interrupted or rolled back by a
+    newer run, taken over): the guard then refuses them, rightly, and the read goes on
+    without them - they are dropped as that attempt's next write would have been."""
+    try:
+        yield Batch.write(*statements)
+    except psycopg.Error as exc:
+        if exc.sqlstate not in SQLSTATES:
+            raise
+        logger.info(
+            "langgraph-deterministic: %d pending write(s) of a fenced attempt dropped "
+            "(%s: %s).",
+            len(statements),
+            exc.sqlstate,
+            exc.diag.message_primary,
+        )
 
 
 def _lost(count: int) -> None:

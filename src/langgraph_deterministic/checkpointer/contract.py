@@ -238,9 +238,7 @@ class RunContract:
                 "id as metadata.run_id: run_config(thread_id, run_id) does it (keep "
                 "config['run_id'] for tracing if you like)."
             )
-            if self.policy == "require":
-                raise RunIdRequiredError(message + " Nothing was run or written.")
-            self._warn_once(info.thread_id, message)
+            self._refuse_or_warn(info, message)
             return
         if self.policy == "require":
             raise RunIdRequiredError(
@@ -441,6 +439,10 @@ class RunContract:
             "langgraph_deterministic.run_config(thread_id, run_id, **configurable) (to add "
             "callbacks, append to its 'callbacks' list instead of replacing it)."
         )
+        self._refuse_or_warn(info, message)
+
+    def _refuse_or_warn(self, info: CallInfo, message: str) -> None:
+        """Policy "require" refuses before anything runs; "warn" logs once per thread."""
         if self.policy == "require":
             raise RunIdRequiredError(message + " Nothing was run or written.")
         self._warn_once(info.thread_id, message)

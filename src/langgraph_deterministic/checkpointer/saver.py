@@ -72,7 +72,7 @@ from langgraph_deterministic.checkpointer._drivers import aexecute, execute
 from langgraph_deterministic.checkpointer._leases import LeaseKeeper
 from langgraph_deterministic.checkpointer._rows import Codec, next_version
 from langgraph_deterministic.checkpointer._translate import translate_error
-from langgraph_deterministic.checkpointer._writebuffer import Waiter, WriteBuffer
+from langgraph_deterministic.checkpointer._writebuffer import Waiter, WriteBuffer, store_leftovers
 from langgraph_deterministic.checkpointer.contract import (
     DEFAULT_METADATA_KEYS,
     HeldLease,
@@ -770,7 +770,7 @@ class DeterministicSaver(BaseCheckpointSaver[str]):
         waiting = self._writes.take_thread(
             str(configurable["thread_id"]), None if ns is None else str(ns)
         )
-        return store(waiting) if waiting else None
+        return store_leftovers(waiting) if waiting else None
 
     # -- BaseCheckpointSaver: sync ---------------------------------------------------
 

@@ -49,6 +49,16 @@ def _pause(text: str) -> float:
     return value
 
 
+def _duty(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = 0.0
+    if not 0 < value <= 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a share of the time in (0, 1]")
+    return value
+
+
 def add_parsers(sub: Any) -> None:
     a = sub.add_parser("audit", help="find threads that retries damaged (read-only)")
     a.add_argument("--dsn")
@@ -68,6 +78,11 @@ def add_parsers(sub: Any) -> None:
         help="sleep between ranges (0: full speed); default: automatic, full speed on a quiet "
         "database, and beside live workers (WAL growing) a wait as long as each range took",
     )  # fmt: skip
+    a.add_argument(
+        "--duty", type=_duty, default=None, metavar="SHARE",
+        help="automatic pace: the share of the time the scan may run beside live workers "
+        "(default 0.5; lower is gentler and slower)",
+    )  # fmt: skip
     r = sub.add_parser("repair", help="fix what audit found (dry run unless --apply)")
     r.add_argument("--dsn")
     r.add_argument("--apply", action="store_true", help="write the repairs")
@@ -84,6 +99,7 @@ def run_audit(args: argparse.Namespace, dsn: str) -> int:
         report = audit(
             dsn, thread_id=args.thread, since=args.since, idle=args.idle,
             statement_timeout_ms=args.statement_timeout, progress=progress, pause=args.pause,
+            duty=args.duty,
         )  # fmt: skip
     finally:
         done()

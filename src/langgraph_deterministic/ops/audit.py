@@ -106,10 +106,19 @@ FAULTS: Final[dict[str, FaultClass]] = {
 }  # fmt: skip
 
 DEFAULT_BATCH_ROWS: Final = 20_000
+"""The most checkpoints one range may hold (fewer when ranges run slower than
+:data:`RANGE_TARGET_S`)."""
+RANGE_TARGET_S: Final = 0.025
+"""How long one range's statements should run: the range grows or shrinks towards it. A
+live worker's commit that meets the scan waits behind a short CPU burst, not a long one
+(on 2 cores, 10 ms bursts of a CPU loop at half duty moved 8 writers' p99 9%, 65 ms
+bursts 38%: benchmarks/README.md#audit)."""
 AUTO_DUTY: Final = 0.5
 """Beside live workers the automatic pace keeps the scan's statements running at most this
-share of the time (one range, then a wait as long again): 8 writers' p99 moved 27% at full
-speed and 13% with one 0.3 s pause per ~0.4 s range on a 2-core machine."""
+share of the time (one range, then a wait as long again)."""
+AUDIT_WORK_MEM: Final = "64MB"
+"""work_mem of the audit's one backend: a range's working set stays in memory, so the
+audit writes no temp file (at 4 MB a 20,000-checkpoint range spilled 2.5 MB to disk)."""
 _clock: Callable[[], float] = time.monotonic  # the pacer's clock (a benchmark replaces it)
 AUTO_BUSY_WAL_BYTES_PER_S: Final = 16_384
 """WAL written this fast between two ranges (a few checkpoint puts a second) means live
@@ -282,16 +291,19 @@ def normalize(value: Any) -> Any:
 
 
 def connect(
-    dsn: str, *, statement_timeout_ms: int = STATEMENT_TIMEOUT_MS
+    dsn: str, *, statement_timeout_ms: int = STATEMENT_TIMEOUT_MS, work_mem: str | None = None
 ) -> psycopg.Connection[Any]:
     """An autocommit connection for ops work, with a bounded statement_timeout."""
+    options = f"-c statement_timeout={int(statement_timeout_ms)} -c lock_timeout=2000"
+    if work_mem is not None:
+        options += f" -c work_mem={work_mem}"
     try:
         return psycopg.connect(
             dsn,
             autocommit=True,
             connect_timeout=10,
             application_name="langgraph-deterministic ops",
-            options=f"-c statement_timeout={int(statement_timeout_ms)} -c lock_timeout=2000",
+            options=options,
         )
     except psycopg.OperationalError as exc:
         raise DatabaseUnavailableError(
@@ -376,7 +388,10 @@ class _Scanner:
 
     def analyse(
         self, rows: list[Any], running: dict[str, list[str]], inputs: dict[str, Any]
-    ) -> tuple[list[Finding], list[HeadState], int]:
+    ) -> tuple[list[Finding], list[HeadState], int, float]:
+        """The findings, heads and checkpoints of a fetched range, and the CPU seconds this
+        took (the pacer counts them: on the server's machine they compete as the SQL does)."""
+        cpu = time.thread_time()
         findings: list[Finding] = []
         heads: list[HeadState] = []
         checkpoints = 0
@@ -426,7 +441,7 @@ class _Scanner:
                                 "unanswered_tool_call",
                                 f"tool call {call.get('id')} ({call.get('name')}) has no result",
                             )
-        return findings, heads, checkpoints
+        return findings, heads, checkpoints, time.thread_time() - cpu
 
     def _same_input(self, a: Any, b: Any) -> bool:
         if not a or not b:
@@ -444,6 +459,13 @@ def _parse_ts(ts: str | None) -> datetime | None:
         return datetime.fromisoformat(ts)
     except ValueError:
         return None
+
+
+def _next_rows(rows: int, took: float, most: int) -> int:
+    """The next range's size: towards RANGE_TARGET_S of statement time, changing by at
+    most a factor of two a range (one slow range under a burst of load is not a trend)."""
+    scaled = rows * RANGE_TARGET_S / max(took, 1e-4)
+    return min(most, max(_MIN_BATCH_ROWS, int(min(rows * 2, max(rows / 2, scaled)))))
 
 
 class Pacer:
@@ -514,6 +536,7 @@ def audit(
     messages_channel: str = "messages",
     progress: Callable[[int, int | None], None] | None = None,
     pause: float | None = None,
+    duty: float | None = None,
 ) -> AuditReport:
     """Scan the checkpoint database at ``dsn``; returns the findings (writes nothing).
 
@@ -522,11 +545,17 @@ def audit(
     ``progress(done, total)`` is called after each range (checkpoints; total estimated);
     ``pause`` sleeps that many seconds between ranges (0: full speed); ``None`` (the
     default) paces automatically: full speed on a quiet database, and beside live workers
-    (its WAL grows) a wait after each range as long as the range took (see :class:`Pacer`).
+    (its WAL grows) a wait after each range that keeps the scan's statements running a
+    ``duty`` share of the time (default :data:`AUTO_DUTY`; see :class:`Pacer`). Ranges
+    grow or shrink (up to ``batch_rows`` checkpoints) so that each runs about
+    :data:`RANGE_TARGET_S`.
     """
     report = AuditReport()
     started = datetime.now().timestamp()
-    with connect(dsn, statement_timeout_ms=statement_timeout_ms) as conn:
+    pacer = Pacer(pause) if duty is None else Pacer(pause, duty=duty)
+    with connect(
+        dsn, statement_timeout_ms=statement_timeout_ms, work_mem=AUDIT_WORK_MEM
+    ) as conn:
         ledger = _check_schema(conn)
         total = None if thread_id else estimate_checkpoints(conn)
         now_row = conn.execute("SELECT now()").fetchone()
@@ -538,11 +567,11 @@ def audit(
         )  # fmt: skip
         done = 0
         pool = ThreadPoolExecutor(1, thread_name_prefix="lgd-audit-decode")
-        pending: Future[tuple[list[Finding], list[HeadState], int]] | None = None
+        pending: Future[tuple[list[Finding], list[HeadState], int, float]] | None = None
 
-        def collect(fut: Future[tuple[list[Finding], list[HeadState], int]]) -> None:
+        def collect(fut: Future[tuple[list[Finding], list[HeadState], int, float]]) -> float:
             nonlocal done
-            found, heads, n = fut.result()
+            found, heads, n, cpu = fut.result()
             report.findings.extend(found)
             for h in heads:
                 report.heads[h.thread_id] = h
@@ -552,10 +581,10 @@ def audit(
             done += n
             if progress is not None:
                 progress(done, total)
+            return cpu
 
         stop = threading.Event()
-        pacer = Pacer(pause)
-        lo, rows = "", batch_rows
+        lo, rows = "", min(batch_rows, 2_000)
         try:
             wal, wal_at = (_wal_position(conn) if pacer.automatic else None), _clock()
             while True:
@@ -573,13 +602,13 @@ def audit(
                         ) from exc
                     rows //= 2  # a range too slow for the timeout: split it
                     continue
-                took = _clock() - range_started  # the server's share of the range
+                took = sql = _clock() - range_started  # the server's share of the range
                 if pending is not None:
-                    collect(pending)
+                    took += collect(pending)  # and ours: the previous range's analysis
                 pending = pool.submit(scanner.analyse, *fetched)
                 if hi is None:
                     break
-                lo, rows = hi, min(batch_rows, rows * 2)
+                lo, rows = hi, _next_rows(rows, sql, batch_rows)
                 written = None
                 if pacer.automatic:
                     now_wal = _wal_position(conn)
