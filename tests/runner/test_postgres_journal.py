@@ -52,12 +52,6 @@ class Crash(BaseException):
     """Stands in for the process dying: escapes LangGraph, nothing after it is stored."""
 
 
-@pytest.fixture(scope="module")
-def db(dsn: str) -> str:
-    with DeterministicSaver(dsn) as saver:
-        saver.setup()
-    return dsn
-
 
 @pytest.fixture
 def saver(db: str) -> Iterator[DeterministicSaver]:
