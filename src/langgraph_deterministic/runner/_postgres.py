@@ -161,6 +161,10 @@ def _claim(ref: OpRef) -> Generator[Batch, Any, list[tuple[Any, ...]]]:
     raise AssertionError("unreachable")  # pragma: no cover
 
 
+# What an op asks its driver for (PostgresJournal._op): a saver operation, or its function.
+_DB, _CALL = "db", "call"
+_Steps = Generator[tuple[str, Any], Any, Any]
+
 _ASYNC_COMMIT = Statement("SELECT set_config('synchronous_commit', 'off', true)")
 
 
@@ -464,29 +468,20 @@ class _Session:
             if fence_at is not None:
                 self._new_fence(ref, view, fence_at)
 
-    async def _astore(
+    def _store_step(
         self, ref: OpRef, claimed_at: Any, claimed: bool, status: str, type_: str, blob: bytes
-    ) -> None:
+    ) -> _Steps:
         self._count()
-        fence_at = await self._saver._arun(
-            _store(ref, claimed_at, claimed, status, type_, blob, self._sync_commit)
-        )
-        self._kept(ref, status, type_, blob, fence_at)
-
-    def _store_sync(
-        self, ref: OpRef, claimed_at: Any, claimed: bool, status: str, type_: str, blob: bytes
-    ) -> None:
-        self._count()
-        fence_at = self._saver._run(
-            _store(ref, claimed_at, claimed, status, type_, blob, self._sync_commit)
+        fence_at = yield _DB, _store(
+            ref, claimed_at, claimed, status, type_, blob, self._sync_commit
         )
         self._kept(ref, status, type_, blob, fence_at)
 
     # the op ------------------------------------------------------------------------
 
-    async def arun_op(
-        self, name: str, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
-    ) -> Any:
+    def _op(self, name: str) -> _Steps:
+        """One durable op, sans-I/O: yields ``(_DB, operation)`` for the saver to run and
+        ``(_CALL, None)`` for the op's function; ``run_op`` / ``arun_op`` drive it."""
         ref = self._ref(name)
         action, found = self._decide(ref)
         if action == "replay":
@@ -495,7 +490,7 @@ class _Session:
         claimed_at = found
         if claimed:
             try:
-                rows = await self._saver._arun(_claim(ref))
+                rows = yield _DB, _claim(ref)
             except ConcurrentRunError:
                 self._fenced(ref)
                 raise
@@ -506,64 +501,67 @@ class _Session:
         tokens = self._begin(ref, claimed_at, ahead=not claimed)
         try:
             try:
-                value = fn(*args, **kwargs)
-                if inspect.isawaitable(value):
-                    value = await value
+                value = yield _CALL, None
             finally:
                 IN_OP.reset(tokens[0])
                 _IDEMPOTENCY_KEY.reset(tokens[1])
                 tokens = (IN_OP.set(None), _IDEMPOTENCY_KEY.set(None))
         except Exception as exc:
             if self._journal.is_terminal(exc) and not _never_stored(exc):
-                await self._astore(ref, claimed_at, claimed, "error", _ERROR_TYPE, _dump_error(exc))
+                yield from self._store_step(
+                    ref, claimed_at, claimed, "error", _ERROR_TYPE, _dump_error(exc)
+                )
             raise
         finally:
             self._end(ref, tokens)
         type_, blob = self._encode(ref, value)
-        await self._astore(ref, claimed_at, claimed, "ok", type_, blob)
+        yield from self._store_step(ref, claimed_at, claimed, "ok", type_, blob)
         return value
+
+    async def arun_op(
+        self, name: str, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> Any:
+        steps = self._op(name)
+        try:
+            kind, operation = next(steps)
+            while True:
+                try:
+                    if kind == _DB:
+                        result = await self._saver._arun(operation)
+                    else:
+                        result = fn(*args, **kwargs)
+                        if inspect.isawaitable(result):
+                            result = await result
+                except BaseException as exc:
+                    kind, operation = steps.throw(exc)
+                else:
+                    kind, operation = steps.send(result)
+        except StopIteration as stop:
+            return stop.value
 
     def run_op(
         self, name: str, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
     ) -> Any:
-        ref = self._ref(name)
-        action, found = self._decide(ref)
-        if action == "replay":
-            return self._stored(ref, *found)
-        claimed = action == "claim"
-        claimed_at = found
-        if claimed:
-            try:
-                rows = self._saver._run(_claim(ref))
-            except ConcurrentRunError:
-                self._fenced(ref)
-                raise
-            self._count()
-            status, type_, blob, claimed_at = self._claimed(ref, rows)
-            if status != "run":
-                return self._stored(ref, status, type_, blob)
-        tokens = self._begin(ref, claimed_at, ahead=not claimed)
+        steps = self._op(name)
         try:
-            try:
-                value = fn(*args, **kwargs)
-                if inspect.isawaitable(value):
-                    raise ConfigurationError(
-                        f"durable_sync({name!r}) got an async function. Fix: await "
-                        "durable(...) in an async node, or pass a sync function."
-                    )
-            finally:
-                IN_OP.reset(tokens[0])
-                _IDEMPOTENCY_KEY.reset(tokens[1])
-                tokens = (IN_OP.set(None), _IDEMPOTENCY_KEY.set(None))
-        except Exception as exc:
-            if self._journal.is_terminal(exc) and not _never_stored(exc):
-                self._store_sync(ref, claimed_at, claimed, "error", _ERROR_TYPE, _dump_error(exc))
-            raise
-        finally:
-            self._end(ref, tokens)
-        type_, blob = self._encode(ref, value)
-        self._store_sync(ref, claimed_at, claimed, "ok", type_, blob)
-        return value
+            kind, operation = next(steps)
+            while True:
+                try:
+                    if kind == _DB:
+                        result = self._saver._run(operation)
+                    else:
+                        result = fn(*args, **kwargs)
+                        if inspect.isawaitable(result):
+                            raise ConfigurationError(
+                                f"durable_sync({name!r}) got an async function. Fix: await "
+                                "durable(...) in an async node, or pass a sync function."
+                            )
+                except BaseException as exc:
+                    kind, operation = steps.throw(exc)
+                else:
+                    kind, operation = steps.send(result)
+        except StopIteration as stop:
+            return stop.value
 
 
 def _never_stored(exc: BaseException) -> bool:
