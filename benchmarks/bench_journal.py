@@ -9,7 +9,10 @@ call the function. Ratios are ``journal time / bare time`` (lower is better; the
 the graph runs is <= 1.15 with ops of 5 ms each). Round trips per op are counted by the
 journal itself (one statement = one round trip).
 
-    python benchmarks/bench_journal.py [--rounds 7] [--dsn DSN]
+    python benchmarks/bench_journal.py [--rounds 9] [--runs 4] [--dsn DSN]
+
+The machine's load average is printed before and after: on a shared machine every round
+trip also waits for its processes to be scheduled, so read the ratios with it.
 """
 
 from __future__ import annotations
@@ -184,11 +187,77 @@ def bench_sync(dsn: str, rounds: int, runs: int) -> list[str]:
         ]
 
 
+# pg_stat_wal is server-wide and backends report to it when they have been idle for
+# 10 s: each side runs alone between two idle waits (so: one side per server at a time).
+_STATS_IDLE_S = float(os.environ.get("LGD_BENCH_STATS_IDLE_S", "11"))  # tests: 0
+
+
+def _wal_counters(dsn: str) -> tuple[int, int]:
+    import psycopg
+
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("SELECT pg_stat_force_next_flush()")
+        row = conn.execute("SELECT wal_records, wal_sync FROM pg_stat_wal").fetchone()
+    assert row is not None
+    return int(row[0]), int(row[1])
+
+
+async def bench_wal(dsn: str, runs: int) -> list[str]:
+    """WAL flushes (fsyncs) and WAL records per graph run of 20 ops: exact counts, not
+    timings, so they do not depend on the machine's load."""
+    lines = []
+    async with DeterministicSaver(dsn) as saver:
+        graph = graph_builder(0.0, sync=False).compile(checkpointer=saver)
+        sides: dict[str, DeterministicRunner | None] = {
+            "bare": None,
+            "claim-ahead": DeterministicRunner(journal=PostgresJournal(saver)),
+            "claim-ahead, async commit": DeterministicRunner(
+                journal=PostgresJournal(saver, synchronous_commit=False)
+            ),
+            "claim per op": DeterministicRunner(journal=PostgresJournal(saver, claim_ahead=0)),
+        }
+        counts: dict[str, tuple[float, float]] = {}
+        for side, runner in sides.items():
+            await asyncio.sleep(_STATS_IDLE_S)
+            records0, syncs0 = _wal_counters(dsn)
+            for _ in range(runs):
+                cfg = run_config(f"w-{uuid.uuid4().hex}", "r1")
+                if runner is None:
+                    await graph.ainvoke({"r": []}, cfg)
+                else:
+                    await runner.ainvoke(graph, {"r": []}, cfg)
+            await asyncio.sleep(_STATS_IDLE_S)
+            records1, syncs1 = _wal_counters(dsn)
+            # each _wal_counters call is one more (empty) transaction: not counted
+            counts[side] = ((syncs1 - syncs0) / runs, (records1 - records0) / runs)
+        bare_syncs, bare_records = counts["bare"]
+        for side, (syncs, records) in counts.items():
+            added = (
+                ""
+                if side == "bare"
+                else (
+                    f"  (+{(syncs - bare_syncs) / (NODES * OPS_PER_NODE):.2f} flushes, "
+                    f"+{(records - bare_records) / (NODES * OPS_PER_NODE):.1f} records per op)"
+                )
+            )
+            lines.append(
+                f"WAL per graph run [{side}]{'':<{28 - len(side)}} {syncs:6.1f} flushes "
+                f"{records:7.1f} records{added}"
+            )
+    return lines
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--rounds", type=int, default=7)
-    ap.add_argument("--runs", type=int, default=5, help="graph runs per side per round")
+    ap.add_argument("--rounds", type=int, default=9)
+    ap.add_argument("--runs", type=int, default=4, help="graph runs per side per round")
     ap.add_argument("--dsn", default=os.environ.get("DATABASE_URL"))
+    ap.add_argument(
+        "--wal",
+        action="store_true",
+        help="also count WAL flushes and records per run (pg_stat_wal; ~90 s of idle waits; "
+        "needs the server to itself)",
+    )
     args = ap.parse_args()
     server = None
     dsn = args.dsn
@@ -199,15 +268,20 @@ def main() -> None:
     from devtools.postgres import create_database, database_name, drop_database
 
     db = create_database(dsn, prefix="lgd_bench_journal")
+    load_before = os.getloadavg()
     try:
         lines = asyncio.run(bench_async(db, args.rounds, args.runs))
         lines += bench_sync(db, args.rounds, args.runs)
+        if args.wal:
+            lines += asyncio.run(bench_wal(db, 10))
     finally:
         drop_database(dsn, database_name(db))
         if server is not None:
             server.stop()
+    load_after = os.getloadavg()
     print(
-        f"PostgresJournal vs bare calls, {args.rounds} rounds x {args.runs} runs, same saver/pool"
+        f"PostgresJournal vs bare calls, {args.rounds} rounds x {args.runs} runs, same saver/pool; "
+        f"load average {load_before[0]:.2f} before, {load_after[0]:.2f} after"
     )
     for line in lines:
         print(line)

@@ -79,3 +79,14 @@ def pgbouncer(pg_server_dsn: str) -> Iterator[PgBouncer]:
         yield bouncer
     finally:
         bouncer.stop()
+
+
+@pytest.fixture(scope="module")
+def db(dsn: str) -> str:
+    """This module's fresh database with every migration applied (modules that need more,
+    the peer's tables say, define their own)."""
+    from langgraph_deterministic.checkpointer import DeterministicSaver
+
+    with DeterministicSaver(dsn) as saver:
+        saver.setup()
+    return dsn

@@ -18,13 +18,6 @@ from langgraph_deterministic.checkpointer._core import MAX_KEY_BYTES
 from .graphs import build_graph, first_input
 
 
-@pytest.fixture(scope="module")
-def db(dsn: str) -> str:
-    with DeterministicSaver(dsn) as saver:
-        saver.setup()
-    return dsn
-
-
 def _random(nbytes: int) -> str:
     """Incompressible (Postgres compresses long index entries; random hex defeats it)."""
     return secrets.token_hex(nbytes // 2)

@@ -33,12 +33,6 @@ from .graphs import build_graph, first_input
 EMPTY = {"configurable": {"thread_id": "nobody"}}
 
 
-@pytest.fixture(scope="module")
-def db(dsn: str) -> str:
-    with DeterministicSaver(dsn) as saver:
-        saver.setup()
-    return dsn
-
 
 def _backends(db: str, app: str) -> int:
     """Server sessions open under ``application_name`` ``app``."""

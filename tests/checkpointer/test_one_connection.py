@@ -52,12 +52,6 @@ def build(gate: asyncio.Event | None = None) -> Any:
     return graph
 
 
-@pytest.fixture(scope="module")
-def db(dsn: str) -> str:
-    with DeterministicSaver(dsn) as saver:
-        saver.setup()
-    return dsn
-
 
 @pytest.fixture
 async def conn(db: str) -> AsyncIterator[AsyncConnection[Any]]:

@@ -1,4 +1,4 @@
-"""Fixtures of the retry-contract tests: one migrated database per module."""
+"""Fixtures of the retry-contract tests (the migrated `db` is in tests/conftest.py)."""
 
 from __future__ import annotations
 
@@ -7,14 +7,6 @@ from collections.abc import Iterator
 import pytest
 
 from langgraph_deterministic.checkpointer import DeterministicSaver
-
-
-@pytest.fixture(scope="module")
-def db(dsn: str) -> str:
-    """A fresh database with every migration applied."""
-    with DeterministicSaver(dsn) as saver:
-        saver.setup()
-    return dsn
 
 
 @pytest.fixture

@@ -122,6 +122,19 @@ def build(shape: str, op: Any) -> Any:
         g.add_edge(START, "prep")
         g.add_edge("prep", "mid")
         return g
+    if shape == "chain":  # op1 in one node, op2 in the next: op2 skips its claim
+
+        async def n1(state: S) -> S:
+            return {"r": [await durable("op1", asyncio.to_thread, op, "op1")]}
+
+        async def n2(state: S) -> S:
+            return {"r": [await durable("op2", asyncio.to_thread, op, "op2")]}
+
+        g.add_node("n1", n1)
+        g.add_node("n2", n2)
+        g.add_edge(START, "n1")
+        g.add_edge("n1", "n2")
+        return g
     if shape == "gather":  # one op, then asyncio.gather of 3 ops in one node
 
         async def node(state: S) -> S:
@@ -187,6 +200,7 @@ def main() -> int:
                     "executed": stats.executed,
                     "replayed": stats.replayed,
                     "fenced": stats.fenced,
+                    "ahead": stats.ahead,
                     "claimed_at": {k: v.isoformat() for k, v in stats.claimed_at.items()},
                 }
             )

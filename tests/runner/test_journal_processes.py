@@ -99,6 +99,8 @@ def finish(proc: subprocess.Popen[str]) -> tuple[int, str, dict[str, Any] | None
 SHAPES = {
     # shape: (op to pause in, how many of them start before the kill, expected result)
     "seq": ("op2", 1, ["v:op1", "v:op2"]),
+    # op2 is its node's first op and runs on op1's fence check (no claim of its own)
+    "chain": ("op2", 1, ["v:op1", "v:op2"]),
     "fanout": ("op2", 5, sorted(f"v:b{b}:op{i}" for b in range(5) for i in (1, 2))),
     "subgraph": ("op2", 1, ["v:op1", "v:op2"]),
     "gather": ("g3", 1, ["v:g1", "v:g2", "v:g3", "v:op1"]),
@@ -137,6 +139,9 @@ def test_sigkill_during_op2_then_retry_in_another_process(
         assert len(keys) == 1
     assert stats is not None and all(k.startswith(pause) for k in stats["executed"])
     assert sum(r.startswith("done:") for r in (e[1] for e in after)) == len(runs)
+    if shape == "chain":  # the op killed above ran on the previous node's fence check
+        code, _, clean = finish(start(db, shape, f"{thread}-clean", "job-1", tmp_path))
+        assert code == 0 and clean is not None and clean["ahead"] == ["op2#0"], clean
 
 
 def test_two_processes_running_the_same_run_at_once(db: str, tmp_path: Path) -> None:

@@ -52,12 +52,6 @@ class Crash(BaseException):
     """Stands in for the process dying: escapes LangGraph, nothing after it is stored."""
 
 
-@pytest.fixture(scope="module")
-def db(dsn: str) -> str:
-    with DeterministicSaver(dsn) as saver:
-        saver.setup()
-    return dsn
-
 
 @pytest.fixture
 def saver(db: str) -> Iterator[DeterministicSaver]:
@@ -613,3 +607,190 @@ def test_claim_ahead_expires(saver: DeterministicSaver) -> None:
     assert runner.last_stats.round_trips in (5, 6)  # c: on b's store's check, if fresh
     with pytest.raises(ConfigurationError, match="claim_ahead"):
         PostgresJournal(saver, claim_ahead=-1)
+
+
+# --- a task's first op on the previous task's fence check ---------------------------------
+
+
+def chain_graph(ops: Ops, between: Any = lambda: None) -> StateGraph[S]:
+    """n0: ops a, b; then n1: ops c, d (n1 runs from the checkpoint the run wrote after n0)."""
+
+    def n0(state: S) -> S:
+        out = [durable_sync("a", ops, "a"), durable_sync("b", ops, "b")]
+        between()
+        return {"r": out}
+
+    def n1(state: S) -> S:
+        return {"r": [durable_sync("c", ops, "c"), durable_sync("d", ops, "d")]}
+
+    g = StateGraph(S)
+    g.add_node("n0", n0)
+    g.add_node("n1", n1)
+    g.add_edge(START, "n0")
+    g.add_edge("n0", "n1")
+    return g
+
+
+@pytest.mark.parametrize("durability", ["sync", "async"])
+def test_a_tasks_first_op_needs_no_claim_when_this_run_created_its_checkpoint(
+    saver: DeterministicSaver, db: str, durability: Any
+) -> None:
+    thread = f"t-cross-{durability}"
+    ops = Ops()
+    graph = chain_graph(ops).compile(checkpointer=saver)
+    runner = DeterministicRunner(journal=PostgresJournal(saver, claim_ahead=60))
+    ops.crash_at = "d"
+    with pytest.raises(Crash):
+        runner.invoke(graph, {"r": []}, run_config(thread, "run-1"), durability=durability)
+    # one claim for the run (a); c runs on b's store's check: nobody else can have rows of
+    # a task of a checkpoint this run created after its first claim
+    assert runner.last_stats.ahead == ["b#0", "c#0", "d#0"]
+    assert runner.last_stats.round_trips == 4  # claim a, store a, b, c (d crashed)
+    out = runner.invoke(graph, {"r": []}, run_config(thread, "run-1"), durability=durability)
+    assert out["r"] == ["v:a", "v:b", "v:c", "v:d"]
+    # the retry resumes n1 from a checkpoint it *loaded*: its first op claims, and that
+    # claim reads c's stored outcome, so c does not run again
+    assert runner.last_stats.replayed == ["c#0"]
+    assert runner.last_stats.ahead == ["d#0"]
+    assert runner.last_stats.round_trips == 2
+    assert ops.calls == {"a": 1, "b": 1, "c": 1, "d": 2}
+    assert journal_rows(db, thread) == [
+        ("a#0", "ok", 1), ("b#0", "ok", 1), ("c#0", "ok", 1), ("d#0", "ok", 1),
+    ]  # fmt: skip
+
+
+def test_a_takeover_before_the_tasks_check_stops_the_next_tasks_first_op(
+    saver: DeterministicSaver, db: str
+) -> None:
+    """The takeover commits while a runs: a's outcome is stored (its claim was not taken
+    over), but its store finds the attempt fenced and returns no check, so n1's first op
+    claims, and that claim raises before c's function runs."""
+    ops = Ops()
+    runner = DeterministicRunner(journal=PostgresJournal(saver, claim_ahead=60))
+
+    def a_then_takeover(name: str) -> str:
+        _fence_off(db, runner.last_stats.attempt)
+        return ops(name)
+
+    def n0(state: S) -> S:
+        return {"r": [durable_sync("a", a_then_takeover, "a")]}
+
+    def n1(state: S) -> S:
+        return {"r": [durable_sync("c", ops, "c")]}
+
+    g = StateGraph(S)
+    g.add_node("n0", n0)
+    g.add_node("n1", n1)
+    g.add_edge(START, "n0")
+    g.add_edge("n0", "n1")
+    with pytest.raises(ConcurrentRunError, match="lost the thread"):
+        runner.invoke(g.compile(checkpointer=saver), {"r": []}, run_config("t-cross-fence", "r"))
+    assert ops.calls == {"a": 1}
+    assert runner.last_stats.fenced == ["c#0"] and runner.last_stats.ahead == []
+    assert journal_rows(db, "t-cross-fence") == [("a#0", "ok", 1)]
+
+
+def test_a_takeover_after_the_tasks_check_refuses_the_next_tasks_first_outcome(
+    saver: DeterministicSaver, db: str
+) -> None:
+    """The takeover commits after b's store checked the fence (n0's code after its last
+    op): c started on that check, as an op claimed just before the takeover would have;
+    its outcome is refused and d never runs here."""
+    ops = Ops()
+    runner = DeterministicRunner(journal=PostgresJournal(saver, claim_ahead=60))
+    graph = chain_graph(ops, lambda: _fence_off(db, runner.last_stats.attempt))
+    with pytest.raises(ConcurrentRunError, match="was not stored"):
+        runner.invoke(graph.compile(checkpointer=saver), {"r": []}, run_config("t-cross-late", "r"))
+    assert ops.calls == {"a": 1, "b": 1, "c": 1}
+    assert runner.last_stats.ahead == ["b#0", "c#0"]
+    assert journal_rows(db, "t-cross-late") == [("a#0", "ok", 1), ("b#0", "ok", 1)]
+
+
+def test_subgraph_tasks_first_ops_skip_the_claim_only_from_checkpoints_the_run_created(
+    saver: DeterministicSaver, db: str
+) -> None:
+    ops = Ops()
+    sub = StateGraph(S)
+    sub.add_node("s0", lambda s: {"r": [durable_sync("s0", ops, "s0")]})
+    sub.add_node("s1", lambda s: {"r": [durable_sync("s1", ops, "s1")]})
+    sub.add_edge(START, "s0")
+    sub.add_edge("s0", "s1")
+    g = StateGraph(S)
+    g.add_node("n0", lambda s: {"r": [durable_sync("a", ops, "a")]})
+    g.add_node("sub", sub.compile())
+    g.add_edge(START, "n0")
+    g.add_edge("n0", "sub")
+    graph = g.compile(checkpointer=saver)
+    runner = DeterministicRunner(journal=PostgresJournal(saver, claim_ahead=60))
+    ops.crash_at = "s1"
+    with pytest.raises(Crash):
+        runner.invoke(graph, {"r": []}, run_config("t-cross-sub", "r"), durability="sync")
+    assert runner.last_stats.ahead == ["s0#0", "s1#0"]
+    assert runner.last_stats.round_trips == 3  # claim a, store a, store s0
+    out = runner.invoke(graph, {"r": []}, run_config("t-cross-sub", "r"), durability="sync")
+    assert out["r"][-2:] == ["v:s0", "v:s1"]
+    # the subgraph resumed from its own checkpoint, loaded: s1 claims (and runs: it had
+    # crashed); s0 is not asked for again (its checkpoint is behind)
+    assert runner.last_stats.ahead == []
+    assert runner.last_stats.round_trips == 2
+    assert ops.calls == {"a": 1, "s0": 1, "s1": 2}
+
+
+def test_parallel_first_ops_share_no_fence_check(saver: DeterministicSaver, db: str) -> None:
+    """Three branches start their first ops together after n0: one op per check, so at
+    most one of them runs on n0's check; the others claim (or run on a later check)."""
+    ops = Ops()
+    g = StateGraph(S)
+    g.add_node("n0", lambda s: {"r": [durable_sync("a", ops, "a")]})
+    for b in ("b1", "b2", "b3"):
+        g.add_node(b, lambda s, b=b: {"r": [durable_sync(b, ops, b)]})
+        g.add_edge("n0", b)
+    g.add_edge(START, "n0")
+    runner = DeterministicRunner(journal=PostgresJournal(saver, claim_ahead=60))
+    out = runner.invoke(g.compile(checkpointer=saver), {"r": []}, run_config("t-cross-par", "r"))
+    assert sorted(out["r"]) == ["v:a", "v:b1", "v:b2", "v:b3"]
+    ahead = runner.last_stats.ahead
+    assert 1 <= len(ahead) <= 3
+    # 1 claim + 4 stores + a claim for every branch that found no unused check
+    assert runner.last_stats.round_trips == 5 + (3 - len(ahead))
+    assert ops.calls == {"a": 1, "b1": 1, "b2": 1, "b3": 1}
+
+
+def test_a_task_of_a_loaded_checkpoint_claims_even_with_a_fresh_check_at_hand(
+    saver: DeterministicSaver, db: str
+) -> None:
+    """A retry resumes two branches from the checkpoint it loaded. t1 gets a fresh fence
+    check first; t2's first op must still claim (the dead attempt stored it), not start on
+    t1's check: only tasks of checkpoints this run created may skip the claim."""
+    ops = Ops()
+    run = {"n": 1}
+
+    def t1(state: S) -> S:
+        if run["n"] == 1:
+            threading.Event().wait(0.3)  # t2's op is stored
+            raise Crash("t1")
+        return {"r": [durable_sync("p", ops, "p"), durable_sync("q", ops, "q")]}
+
+    def t2(state: S) -> S:
+        if run["n"] == 2:
+            threading.Event().wait(0.3)  # t1 has a fresh fence check by now
+        out = durable_sync("r", ops, "r")
+        if run["n"] == 1:
+            raise Crash("t2")  # the worker dies before the task's writes are saved
+        return {"r": [out]}
+
+    g = StateGraph(S)
+    g.add_node("n0", lambda s: {"r": []})
+    g.add_node("t1", t1)
+    g.add_node("t2", t2)
+    g.add_edge(START, "n0")
+    g.add_edge("n0", "t1")
+    g.add_edge("n0", "t2")
+    graph = g.compile(checkpointer=saver)
+    runner = DeterministicRunner(journal=PostgresJournal(saver, claim_ahead=60))
+    with pytest.raises(Crash):
+        runner.invoke(graph, {"r": []}, run_config("t-loaded", "r"), durability="sync")
+    run["n"] = 2
+    runner.invoke(graph, {"r": []}, run_config("t-loaded", "r"), durability="sync")
+    assert ops.calls == {"p": 1, "q": 1, "r": 1}
+    assert runner.last_stats.replayed == ["r#0"] and runner.last_stats.ahead == ["q#0"]

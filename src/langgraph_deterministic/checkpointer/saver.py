@@ -33,6 +33,7 @@ from contextlib import (
     contextmanager,
     suppress,
 )
+from contextvars import ContextVar
 from functools import partial
 from types import TracebackType
 from typing import Any, Literal, TypeVar
@@ -97,6 +98,25 @@ OnSession = Callable[[int], Operation[T]]
 # Connect timeout of a DSN saver's first connection when neither the DSN nor
 # connect_kwargs set one.
 _PROBE_TIMEOUT = 10
+
+
+#: Set by PostgresJournal's session (runner/_postgres.py) for one runner call: told of
+#: every checkpoint this saver loads ("load", the id found or None) and, before it is sent,
+#: of every one it writes ("put") in that call. A task running from a checkpoint its own
+#: attempt created then needs no claim before its first durable op.
+CHECKPOINT_EVENTS: ContextVar[Callable[[str, RunnableConfig, str | None], None] | None] = (
+    ContextVar("lgd_checkpoint_events", default=None)
+)
+
+
+def _announce(kind: str, config: RunnableConfig, checkpoint_id: str | None) -> None:
+    listener = CHECKPOINT_EVENTS.get()
+    if listener is not None:
+        listener(kind, config, checkpoint_id)
+
+
+def _found_id(found: CheckpointTuple | None) -> str | None:
+    return None if found is None else str(found.config["configurable"]["checkpoint_id"])
 
 
 class _Unset(enum.Enum):
@@ -759,6 +779,7 @@ class DeterministicSaver(BaseCheckpointSaver[str]):
             self._run(pending)
         found = self._run(_core.get_tuple(self._codec, config, self.contract))
         self._leases.bind(config, is_async=False)
+        _announce("load", config, _found_id(found))
         return found
 
     def list(
@@ -780,6 +801,7 @@ class DeterministicSaver(BaseCheckpointSaver[str]):
         metadata: CheckpointMetadata,
         new_versions: ChannelVersions,
     ) -> RunnableConfig:
+        _announce("put", config, str(checkpoint["id"]))
         op, waiter = self._put_op(config, checkpoint, metadata, new_versions)
         while waiter is not None:
             if isinstance(waiter, threading.Event):
@@ -835,6 +857,7 @@ class DeterministicSaver(BaseCheckpointSaver[str]):
             await self._arun(pending)
         found = await self._arun(_core.get_tuple(self._codec, config, self.contract))
         self._leases.bind(config, is_async=True)
+        _announce("load", config, _found_id(found))
         return found
 
     async def alist(
@@ -859,6 +882,7 @@ class DeterministicSaver(BaseCheckpointSaver[str]):
         metadata: CheckpointMetadata,
         new_versions: ChannelVersions,
     ) -> RunnableConfig:
+        _announce("put", config, str(checkpoint["id"]))
         op, waiter = self._put_op(config, checkpoint, metadata, new_versions)
         while waiter is not None:
             if isinstance(waiter, threading.Event):

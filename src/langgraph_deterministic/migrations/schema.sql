@@ -9,6 +9,7 @@
 --   legacy: lgd_guard_put, lgd_guard_writes, lgd_refuse_writes, lgd_put_checkpoint,
 --   legacy: lgd_guard_put_v3, lgd_put_checkpoint_v3, lgd_refuse_leased_v3,
 --   legacy: lgd_guard_put_v5, lgd_put_checkpoint_v5
+--   legacy: lgd_journal_store_v2
 
 -- == The peer's tables (langgraph-checkpoint-postgres, its migration v9) ================
 
@@ -295,15 +296,14 @@ BEGIN
 END
 $$;
 
--- migration 0013_pre_journal_claim_ahead
-CREATE OR REPLACE FUNCTION lgd_journal_store_v2(
+-- migration 0020_pre_journal_store_v3
+CREATE OR REPLACE FUNCTION lgd_journal_store_v3(
     p_thread TEXT, p_task_ns TEXT, p_key TEXT, p_ns TEXT, p_checkpoint TEXT, p_run TEXT,
     p_attempt TEXT, p_claimed BOOLEAN, p_fence_at TIMESTAMPTZ, p_status TEXT, p_type TEXT,
     p_blob BYTEA
 ) RETURNS TABLE (stored BOOLEAN, fence_at TIMESTAMPTZ)
 LANGUAGE plpgsql AS $$
 DECLARE
-    fenced TEXT;
     holds BOOLEAN;
 BEGIN
     IF p_claimed THEN
@@ -316,16 +316,19 @@ BEGIN
             RETURN;
         END IF;
     END IF;
-    SELECT a.fenced_by INTO fenced FROM lgd_journal_attempts a
-    WHERE a.thread_id = p_thread AND a.attempt = p_attempt
-    FOR SHARE;
-    -- Also lost once another attempt holds the thread's lease (migration 0014): a retry of
-    -- the run, or another run, was admitted. The journal's claims do not look at leases;
-    -- only claim-ahead does, so it ends at the other attempt's admission, before its ops.
-    holds := FOUND AND fenced IS NULL
-             AND NOT lgd_journal_lost_v1(p_thread, p_ns, p_checkpoint, p_attempt)
-             AND NOT EXISTS (SELECT 1 FROM lgd_leases l
-                             WHERE l.thread_id = p_thread AND l.attempt <> p_attempt);
+    SELECT NOT EXISTS (
+               SELECT 1 FROM lgd_chain ch
+               WHERE ch.thread_id = p_thread AND ch.checkpoint_ns = p_ns
+                 AND ch.parent_checkpoint_id = p_checkpoint
+                 AND ch.attempt IS DISTINCT FROM p_attempt
+                 AND NOT (ch.checkpoint_id LIKE 'refused:%'))
+           AND NOT EXISTS (SELECT 1 FROM lgd_leases l
+                           WHERE l.thread_id = p_thread AND l.attempt <> p_attempt)
+    INTO holds
+    FROM lgd_journal_attempts a
+    WHERE a.thread_id = p_thread AND a.attempt = p_attempt AND a.fenced_by IS NULL
+    FOR SHARE OF a;
+    holds := coalesce(holds, false);  -- no row: fenced off (or never registered)
     IF NOT p_claimed THEN
         IF NOT holds THEN
             RETURN QUERY SELECT false, NULL::timestamptz;
@@ -342,7 +345,7 @@ BEGIN
             RETURN;
         END IF;
     END IF;
-    RETURN QUERY SELECT true, CASE WHEN holds THEN clock_timestamp() END;
+    RETURN QUERY SELECT true, CASE WHEN holds THEN statement_timestamp() END;
 END
 $$;
 
@@ -718,4 +721,5 @@ INSERT INTO langgraph_deterministic_migrations (version, name, phase) VALUES
     (15, 'subgraph_branches', 'pre'),
     (16, 'arbitration_v6', 'pre'),
     (17, 'repair_log', 'pre'),
-    (18, 'blob_lz4', 'pre');
+    (18, 'blob_lz4', 'pre'),
+    (20, 'journal_store_v3', 'pre');

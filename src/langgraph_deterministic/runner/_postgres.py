@@ -12,21 +12,27 @@ and parallel tasks need no ordering at all. ``n`` counts ops of one name within 
 execution of the node (a node retried by its RetryPolicy starts counting again, so it
 finds the ops its first execution stored).
 
-Per op, at most one statement (the rule, with its proof obligations, is in
-docs/durable-ops-without-restate.md, "Round trips and the fence"):
+Per op, one statement, and one more for the run's first op (the rule, with its proof
+obligations, is in docs/durable-ops-without-restate.md, "Round trips and the fence"):
 
-1. A task's first op sends ``lgd_journal_claim_v2`` (migration 0013): the claim of
-   ``lgd_journal_claim_v1`` (0012: returns the op's stored outcome or claims it for this
-   attempt; raises ``LG430`` if the attempt lost the thread, and then ``fn`` never runs),
-   plus every other op the task has in the journal. The task's replayed ops need no
-   statement at all.
-2. Every outcome (result, or terminal error) is stored by ``lgd_journal_store_v2`` before
-   it is returned; the same statement checks the fence - the attempt is not fenced off,
-   its checkpoint not continued, nobody else holds the thread's lease - under the same
-   row lock a claim takes. A new op of the task that starts within ``claim_ahead``
-   seconds of that answer runs on that check (*claim-ahead*) instead of a claim of its
-   own, and its outcome is inserted only while the fence still holds. Anything else (an
-   op another attempt has claimed, a stale or failed check, the second of concurrent
+1. A run's first op, and the first op of a task whose checkpoint the run did not create
+   (it loaded it: a retry, a resumed interrupt), sends ``lgd_journal_claim_v2``
+   (migration 0013): the claim of ``lgd_journal_claim_v1`` (0012: returns the op's stored
+   outcome or claims it for this attempt; raises ``LG430`` if the attempt lost the thread,
+   and then ``fn`` never runs), plus every other op the task has in the journal. The
+   task's replayed ops need no statement at all. A claim is not waited on for the WAL
+   flush: a lost claim is an op not yet claimed.
+2. Every outcome (result, or terminal error) is stored by ``lgd_journal_store_v3``
+   (migration 0020: ``lgd_journal_store_v2`` of 0013 in fewer statements), and
+   durably committed (the WAL flushed, unless ``synchronous_commit=False``), before it is
+   returned; the same statement checks the fence - the attempt is not fenced off, its
+   checkpoint not continued, nobody else holds the thread's lease - under the same row
+   lock a claim takes. A new op that starts within ``claim_ahead`` seconds of that answer
+   runs on that check (*claim-ahead*) instead of a claim of its own, and its outcome is
+   inserted only while the fence still holds: the task's next op, or the first op of a
+   task of a checkpoint this run created after its first claim (the saver tells the
+   session which checkpoints it loads and writes: ``CHECKPOINT_EVENTS``). Anything else
+   (an op another attempt has claimed, a stale or failed check, the second of concurrent
    ops) claims first, as in 1.
 
 An op in flight when its worker died has no outcome (a claim, or no row at all on
@@ -155,6 +161,10 @@ def _claim(ref: OpRef) -> Generator[Batch, Any, list[tuple[Any, ...]]]:
     raise AssertionError("unreachable")  # pragma: no cover
 
 
+# What an op asks its driver for (PostgresJournal._op): a saver operation, or its function.
+_DB, _CALL = "db", "call"
+_Steps = Generator[tuple[str, Any], Any, Any]
+
 _ASYNC_COMMIT = Statement("SELECT set_config('synchronous_commit', 'off', true)")
 
 
@@ -167,8 +177,8 @@ def _store(
     blob: bytes,
     synchronous: bool = True,
 ) -> Generator[Batch, Any, Any]:
-    """``lgd_journal_store_v2``: store the outcome; return the fence check the task's next
-    op may start on (None: this attempt no longer holds the thread)."""
+    """``lgd_journal_store_v3``: store the outcome; return the fence check a next op may
+    start on (None: this attempt no longer holds the thread)."""
     params = {
         **ref.params(),
         "claimed": claimed,
@@ -177,7 +187,7 @@ def _store(
         "type": type_,
         "blob": blob,
     }
-    store = Statement(queries()["journal_store_v2"], params, fetch=True)
+    store = Statement(queries()["journal_store_v3"], params, fetch=True)
     if synchronous:
         (rows,) = yield Batch((store,))
     else:  # one pipeline, one implicit transaction: still one round trip
@@ -194,14 +204,24 @@ def _store(
 
 
 @dataclass
+class _Fence:
+    """A fence check: at server time ``at`` this attempt held the thread (the answer came
+    back at local monotonic time ``local``). One new op may start on it (``used``)."""
+
+    at: Any
+    local: float
+    used: bool = False
+
+
+@dataclass
 class _TaskView:
     """What one session knows of a task's ops in the journal (read by its claims)."""
 
     stored: dict[str, tuple[str, str | None, bytes | None]] = field(default_factory=dict)
     #: ops claimed by an attempt when last read: only a claim may decide them
     busy: set[str] = field(default_factory=set)
-    #: (server time, local monotonic time of the answer) of the newest fence check
-    fence: tuple[Any, float] | None = None
+    #: the newest fence check of a statement of this task
+    fence: _Fence | None = None
 
 
 # --- outcomes --------------------------------------------------------------------------
@@ -255,6 +275,33 @@ class _Session:
         self._counters: dict[tuple[str, int], dict[str, int]] = {}
         self._inflight: set[tuple[str, str]] = set()
         self._tasks: dict[str, _TaskView] = {}
+        #: per thread: the newest fence check of any task (a task's first op may start on it)
+        self._fences: dict[str, _Fence] = {}
+        #: threads where the attempt has a row in lgd_journal_attempts (a claim was answered)
+        self._registered: set[str] = set()
+        #: (thread, namespace) whose checkpoints this session loaded through the saver, and
+        #: (thread, checkpoint id) of those loaded or written before it was registered:
+        #: a task of any other checkpoint in such a namespace runs from one this run's own
+        #: loop created after its attempt was registered
+        self._loaded_ns: set[tuple[str, str]] = set()
+        self._not_ours: set[tuple[str, str]] = set()
+
+    def checkpoint_event(self, kind: str, config: Any, checkpoint_id: str | None) -> None:
+        """The saver loaded, or is about to write, a checkpoint (``CHECKPOINT_EVENTS``)."""
+        configurable = (config or {}).get("configurable") or {}
+        thread = str(configurable.get("thread_id"))
+        with self._lock:
+            if kind == "load":
+                self._loaded_ns.add((thread, str(configurable.get("checkpoint_ns") or "")))
+                for cid in (checkpoint_id, configurable.get("checkpoint_id")):
+                    if cid is not None:
+                        self._not_ours.add((thread, str(cid)))
+            elif thread not in self._registered:
+                self._not_ours.add((thread, str(checkpoint_id)))
+
+    def _new_fence(self, ref: OpRef, view: _TaskView, at: Any) -> None:
+        fence = _Fence(at, time.monotonic())
+        view.fence = self._fences[ref.thread_id] = fence
 
     # identity -------------------------------------------------------------------------
 
@@ -356,31 +403,49 @@ class _Session:
 
     # the one-round-trip rule ---------------------------------------------------------
 
+    def _take(self, fence: _Fence | None) -> Any:
+        """``fence``'s server time if a new op may start on it (fresh, unused), else None."""
+        if fence is None or fence.used:
+            return None
+        fence.used = True  # one op per fence check
+        if time.monotonic() - fence.local > self._journal.claim_ahead:
+            return None
+        return fence.at
+
     def _decide(self, ref: OpRef) -> tuple[str, Any]:
         """How to start an op: ``("replay", stored)`` from what the task's last claim read;
-        ``("ahead", fence_at)``: run it on the fence check of the task's previous statement
-        (claim-ahead); ``("claim", None)``: one claim first."""
-        window = self._journal.claim_ahead
+        ``("ahead", fence_at)``: run it on a fence check (claim-ahead) - its task's
+        previous statement's, or for a task's first op any task's, when this run created
+        the task's checkpoint after its first claim; ``("claim", None)``: claim first."""
         with self._lock:
             view = self._tasks.get(ref.task_ns)
             if view is None:
-                return "claim", None
+                # Nobody else can hold rows of a task whose checkpoint this run created
+                # once its attempt was registered: an attempt that read that checkpoint
+                # fenced this one off with its first claim, which the fence check sees.
+                if (ref.thread_id, ref.checkpoint_ns) not in self._loaded_ns or (
+                    ref.thread_id,
+                    ref.checkpoint_id,
+                ) in self._not_ours:
+                    return "claim", None
+                at = self._take(self._fences.get(ref.thread_id))
+                if at is None:
+                    return "claim", None
+                self._tasks[ref.task_ns] = _TaskView()
+                return "ahead", at
             hit = view.stored.get(ref.op_key)
             if hit is not None:
                 return "replay", hit
-            fence, view.fence = view.fence, None  # one op per fence check
-            if (
-                fence is not None
-                and ref.op_key not in view.busy
-                and time.monotonic() - fence[1] <= window
-            ):
-                return "ahead", fence[0]
-            return "claim", None
+            if ref.op_key in view.busy:
+                return "claim", None
+            at = self._take(view.fence)
+            return ("claim", None) if at is None else ("ahead", at)
 
     def _claimed(
         self, ref: OpRef, rows: list[tuple[Any, ...]]
     ) -> tuple[str, str | None, bytes | None, Any]:
         with self._lock:
+            self._registered.add(ref.thread_id)
             view = self._tasks.setdefault(ref.task_ns, _TaskView())
             for key, status, type_, blob, _, _ in rows[:-1]:
                 if status == "running":
@@ -393,7 +458,7 @@ class _Session:
             if status != "run":  # replayed: the claim's fence check is left to the next op
                 view.stored[ref.op_key] = (status, type_, blob)
                 if fence_at is not None:
-                    view.fence = (fence_at, time.monotonic())
+                    self._new_fence(ref, view, fence_at)
         return status, type_, blob, claimed_at
 
     def _kept(self, ref: OpRef, status: str, type_: str, blob: bytes, fence_at: Any) -> None:
@@ -401,31 +466,22 @@ class _Session:
             view = self._tasks.setdefault(ref.task_ns, _TaskView())
             view.stored[ref.op_key] = (status, type_, blob)
             if fence_at is not None:
-                view.fence = (fence_at, time.monotonic())
+                self._new_fence(ref, view, fence_at)
 
-    async def _astore(
+    def _store_step(
         self, ref: OpRef, claimed_at: Any, claimed: bool, status: str, type_: str, blob: bytes
-    ) -> None:
+    ) -> _Steps:
         self._count()
-        fence_at = await self._saver._arun(
-            _store(ref, claimed_at, claimed, status, type_, blob, self._sync_commit)
-        )
-        self._kept(ref, status, type_, blob, fence_at)
-
-    def _store_sync(
-        self, ref: OpRef, claimed_at: Any, claimed: bool, status: str, type_: str, blob: bytes
-    ) -> None:
-        self._count()
-        fence_at = self._saver._run(
-            _store(ref, claimed_at, claimed, status, type_, blob, self._sync_commit)
+        fence_at = yield _DB, _store(
+            ref, claimed_at, claimed, status, type_, blob, self._sync_commit
         )
         self._kept(ref, status, type_, blob, fence_at)
 
     # the op ------------------------------------------------------------------------
 
-    async def arun_op(
-        self, name: str, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
-    ) -> Any:
+    def _op(self, name: str) -> _Steps:
+        """One durable op, sans-I/O: yields ``(_DB, operation)`` for the saver to run and
+        ``(_CALL, None)`` for the op's function; ``run_op`` / ``arun_op`` drive it."""
         ref = self._ref(name)
         action, found = self._decide(ref)
         if action == "replay":
@@ -434,7 +490,7 @@ class _Session:
         claimed_at = found
         if claimed:
             try:
-                rows = await self._saver._arun(_claim(ref))
+                rows = yield _DB, _claim(ref)
             except ConcurrentRunError:
                 self._fenced(ref)
                 raise
@@ -445,64 +501,67 @@ class _Session:
         tokens = self._begin(ref, claimed_at, ahead=not claimed)
         try:
             try:
-                value = fn(*args, **kwargs)
-                if inspect.isawaitable(value):
-                    value = await value
+                value = yield _CALL, None
             finally:
                 IN_OP.reset(tokens[0])
                 _IDEMPOTENCY_KEY.reset(tokens[1])
                 tokens = (IN_OP.set(None), _IDEMPOTENCY_KEY.set(None))
         except Exception as exc:
             if self._journal.is_terminal(exc) and not _never_stored(exc):
-                await self._astore(ref, claimed_at, claimed, "error", _ERROR_TYPE, _dump_error(exc))
+                yield from self._store_step(
+                    ref, claimed_at, claimed, "error", _ERROR_TYPE, _dump_error(exc)
+                )
             raise
         finally:
             self._end(ref, tokens)
         type_, blob = self._encode(ref, value)
-        await self._astore(ref, claimed_at, claimed, "ok", type_, blob)
+        yield from self._store_step(ref, claimed_at, claimed, "ok", type_, blob)
         return value
+
+    async def arun_op(
+        self, name: str, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> Any:
+        steps = self._op(name)
+        try:
+            kind, operation = next(steps)
+            while True:
+                try:
+                    if kind == _DB:
+                        result = await self._saver._arun(operation)
+                    else:
+                        result = fn(*args, **kwargs)
+                        if inspect.isawaitable(result):
+                            result = await result
+                except BaseException as exc:
+                    kind, operation = steps.throw(exc)
+                else:
+                    kind, operation = steps.send(result)
+        except StopIteration as stop:
+            return stop.value
 
     def run_op(
         self, name: str, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
     ) -> Any:
-        ref = self._ref(name)
-        action, found = self._decide(ref)
-        if action == "replay":
-            return self._stored(ref, *found)
-        claimed = action == "claim"
-        claimed_at = found
-        if claimed:
-            try:
-                rows = self._saver._run(_claim(ref))
-            except ConcurrentRunError:
-                self._fenced(ref)
-                raise
-            self._count()
-            status, type_, blob, claimed_at = self._claimed(ref, rows)
-            if status != "run":
-                return self._stored(ref, status, type_, blob)
-        tokens = self._begin(ref, claimed_at, ahead=not claimed)
+        steps = self._op(name)
         try:
-            try:
-                value = fn(*args, **kwargs)
-                if inspect.isawaitable(value):
-                    raise ConfigurationError(
-                        f"durable_sync({name!r}) got an async function. Fix: await "
-                        "durable(...) in an async node, or pass a sync function."
-                    )
-            finally:
-                IN_OP.reset(tokens[0])
-                _IDEMPOTENCY_KEY.reset(tokens[1])
-                tokens = (IN_OP.set(None), _IDEMPOTENCY_KEY.set(None))
-        except Exception as exc:
-            if self._journal.is_terminal(exc) and not _never_stored(exc):
-                self._store_sync(ref, claimed_at, claimed, "error", _ERROR_TYPE, _dump_error(exc))
-            raise
-        finally:
-            self._end(ref, tokens)
-        type_, blob = self._encode(ref, value)
-        self._store_sync(ref, claimed_at, claimed, "ok", type_, blob)
-        return value
+            kind, operation = next(steps)
+            while True:
+                try:
+                    if kind == _DB:
+                        result = self._saver._run(operation)
+                    else:
+                        result = fn(*args, **kwargs)
+                        if inspect.isawaitable(result):
+                            raise ConfigurationError(
+                                f"durable_sync({name!r}) got an async function. Fix: await "
+                                "durable(...) in an async node, or pass a sync function."
+                            )
+                except BaseException as exc:
+                    kind, operation = steps.throw(exc)
+                else:
+                    kind, operation = steps.send(result)
+        except StopIteration as stop:
+            return stop.value
 
 
 def _never_stored(exc: BaseException) -> bool:

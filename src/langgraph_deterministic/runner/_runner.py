@@ -248,10 +248,15 @@ class DeterministicRunner:
         # The saver hands this attempt token to the graph run (instead of minting one), so
         # the journal's fencing and the checkpoints' fencing name the same attempt.
         cfg["configurable"] = {**(cfg.get("configurable") or {}), ATTEMPT_KEY: attempt}
+        from langgraph_deterministic.checkpointer.saver import CHECKPOINT_EVENTS
+
         token = _KEYED.set(session)
+        # The session learns which checkpoints its attempt writes (claim-ahead, _postgres).
+        listening = CHECKPOINT_EVENTS.set(getattr(session, "checkpoint_event", None))
         try:
             yield cfg
         finally:
+            CHECKPOINT_EVENTS.reset(listening)
             _KEYED.reset(token)
 
     @staticmethod

@@ -538,3 +538,11 @@ SELECT stored, fence_at FROM lgd_journal_store_v2(
     %(thread_id)s, %(task_ns)s, %(op_key)s, %(checkpoint_ns)s, %(checkpoint_id)s,
     %(run_id)s::text, %(attempt)s, %(claimed)s, %(fence_at)s::timestamptz, %(status)s,
     %(type)s, %(blob)s)
+
+-- name: journal_store_v3
+-- Store a durable op's outcome (migration 0020); fence_at: the fence check a next op may
+-- start on.
+SELECT stored, fence_at FROM lgd_journal_store_v3(
+    %(thread_id)s, %(task_ns)s, %(op_key)s, %(checkpoint_ns)s, %(checkpoint_id)s,
+    %(run_id)s::text, %(attempt)s, %(claimed)s, %(fence_at)s::timestamptz, %(status)s,
+    %(type)s, %(blob)s)
