@@ -9,6 +9,7 @@ connection is shared under a lock, since one connection runs one transaction at 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dis
 import enum
 import inspect
@@ -1087,19 +1088,41 @@ async def _close_with_loop(
 ) -> AsyncGenerator[None, None]:
     """Suspended for the pool's lifetime; finalised by aclose(), or by the event loop's
     shutdown_asyncgens() (asyncio.run calls it) when the saver was never closed."""
+    closer = asyncio.ensure_future(_close_when_cancelled(pool, opened))
     try:
         yield
     finally:
         forget(pool)
-        try:
-            await pool.close()
-        except asyncio.CancelledError:
-            # The loop is shutting down: asyncio.run cancelled the pool's workers before
-            # finalising us, so the pool gave up before closing its connections. Nothing
-            # runs on this loop any more: close them here.
-            for conn in list(opened):
-                if not conn.closed:
-                    await conn.close()
+        await _close_pool(pool, opened)
+        closer.cancel()  # closed already: its close is a no-op
+
+
+async def _close_pool(
+    pool: AsyncConnectionPool[Any], opened: weakref.WeakSet[AsyncConnection[Any]]
+) -> None:
+    # Cancelled: the loop is shutting down (asyncio.run cancelled the pool's workers), so
+    # the pool gave up before closing its connections. Nothing runs on this loop any
+    # more: close them here.
+    with contextlib.suppress(asyncio.CancelledError):
+        await pool.close()
+    for conn in list(opened):
+        if not conn.closed:
+            await conn.close()
+
+
+async def _close_when_cancelled(
+    pool: AsyncConnectionPool[Any], opened: weakref.WeakSet[AsyncConnection[Any]]
+) -> None:
+    """Close the pool when asyncio.run cancels every task at the loop's end, before it
+    waits for them. psycopg_pool's workers catch CancelledError around a maintenance task
+    (a connection being opened, say) and go back to waiting on their queue: cancelled
+    then, one never ends and asyncio.run hangs. Closing the pool sends each worker its
+    stop; the async generator above runs only later (shutdown_asyncgens)."""
+    try:
+        await asyncio.Event().wait()
+    except asyncio.CancelledError:
+        await _close_pool(pool, opened)
+        raise
 
 
 async def _wait_unlocked(lock: asyncio.Lock, seconds: float) -> None:
