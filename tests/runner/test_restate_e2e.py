@@ -229,8 +229,12 @@ def test_kill9_mid_invocation_then_restart(
     # The kill shows up as a retried attempt, never as a journal mismatch.
     assert row.get("last_failure_error_code") != 570, row
     assert "570" not in str(row.get("last_failure") or ""), row
-    # The held op ran again after the restart (its result was not journaled), once.
-    assert effect_counts(effects, "start")[held] == 2
+    # The held op ran again after the restart (its result was not journaled): once per
+    # attempt that reached it (at-least-once), so once unless Restate retried again (a
+    # slow restart can cost an attempt); never twice within one attempt.
+    starts = effect_counts(effects, "start")[held]
+    retried = int(row.get("retry_count") or 0)
+    assert 2 <= starts <= 1 + max(retried, 1), (starts, row)
 
 
 def test_example_service_runs_under_forced_replay(restate_envs: Any) -> None:
