@@ -4,7 +4,7 @@ async. They hold no logic of the saver's own; ``saver.py`` runs operations throu
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Iterator, Sequence
 from contextlib import asynccontextmanager, contextmanager, nullcontext
 from typing import Any
 
@@ -12,7 +12,7 @@ import psycopg
 from psycopg import AsyncConnection, Connection
 from psycopg.rows import tuple_row
 
-from langgraph_deterministic.checkpointer._batch import Batch, Results
+from langgraph_deterministic.checkpointer._batch import Batch, Results, Statement
 
 # Every cursor is opened with our own row factory: the core reads rows as tuples whatever
 # the connection's own factory is (LangGraph documents dict_row; namedtuple_row, class_row
@@ -42,26 +42,31 @@ def execute(conn: Connection[Any], batch: Batch) -> Results:
                 cur.execute(st.sql, st.params, prepare=st.prepare)
                 results.append(cur.fetchall() if st.fetch else None)
         return results
-    cursors = []
     # Statements up to a pipeline's one Sync form one implicit transaction: if any fails,
     # Postgres rolls them all back. That is the atomicity we need, in one round trip;
     # psycopg's transaction() inside a pipeline would add three more syncs (BEGIN, COMMIT,
     # exit). Only a batch that sets an isolation level needs an explicit transaction.
     in_callers_pipeline = in_pipeline(conn)
+    fetching: list[psycopg.Cursor[Any]] = []
+    shared: psycopg.Cursor[Any] | None = None
     with conn.pipeline() as pipe:
         if batch.isolation and in_callers_pipeline:
             pipe.sync()  # see in_pipeline
         with transaction(conn, batch) if batch.isolation else nullcontext():
-            for st in statements:
-                cur = conn.cursor(binary=True, row_factory=tuple_row)
-                if st.many:
-                    cur.executemany(st.sql, st.params)  # type: ignore[arg-type]
+            for st, params in _merged(statements):
+                if st.fetch:
+                    cur = conn.cursor(binary=True, row_factory=tuple_row)
+                    fetching.append(cur)
+                elif shared is None:
+                    cur = shared = conn.cursor(binary=True, row_factory=tuple_row)
                 else:
-                    cur.execute(st.sql, st.params, prepare=st.prepare)
-                cursors.append(cur)
-    return [
-        cur.fetchall() if st.fetch else None for cur, st in zip(cursors, statements, strict=True)
-    ]
+                    cur = shared
+                if st.many:
+                    cur.executemany(sql_of(st), params)
+                else:
+                    cur.execute(sql_of(st), st.params, prepare=st.prepare)
+    rows = iter(fetching)
+    return [next(rows).fetchall() if st.fetch else None for st in statements]
 
 
 async def aexecute(conn: AsyncConnection[Any], batch: Batch) -> Results:
@@ -85,24 +90,70 @@ async def aexecute(conn: AsyncConnection[Any], batch: Batch) -> Results:
                 await cur.execute(st.sql, st.params, prepare=st.prepare)
                 results.append(await cur.fetchall() if st.fetch else None)
         return results
-    cursors = []
     # One implicit transaction per pipeline sync; see execute.
     in_callers_pipeline = in_pipeline(conn)
+    fetching: list[psycopg.AsyncCursor[Any]] = []
+    shared: psycopg.AsyncCursor[Any] | None = None
     async with conn.pipeline() as pipe:
         if batch.isolation and in_callers_pipeline:
             await pipe.sync()  # see in_pipeline
         async with atransaction(conn, batch) if batch.isolation else nullcontext():
-            for st in statements:
-                cur = conn.cursor(binary=True, row_factory=tuple_row)
-                if st.many:
-                    await cur.executemany(st.sql, st.params)  # type: ignore[arg-type]
+            for st, params in _merged(statements):
+                if st.fetch:
+                    acur = conn.cursor(binary=True, row_factory=tuple_row)
+                    fetching.append(acur)
+                elif shared is None:
+                    acur = shared = conn.cursor(binary=True, row_factory=tuple_row)
                 else:
-                    await cur.execute(st.sql, st.params, prepare=st.prepare)
-                cursors.append(cur)
-    return [
-        await cur.fetchall() if st.fetch else None
-        for cur, st in zip(cursors, statements, strict=True)
-    ]
+                    acur = shared
+                if st.many:
+                    await acur.executemany(sql_of(st), params)
+                else:
+                    await acur.execute(sql_of(st), st.params, prepare=st.prepare)
+    rows = iter(fetching)
+    return [await next(rows).fetchall() if st.fetch else None for st in statements]
+
+
+# Client CPU per batch (psycopg's Python is most of a write's cost on this side): the
+# statements that fetch nothing share one cursor (its adapters and dumper cache), runs of
+# executemany of the same SQL go out as one, and the SQL text is passed as bytes that
+# keep their hash (psycopg encodes a str query, and hashes the result for its query
+# cache and prepared statements, on every execute). None of it changes what is sent.
+
+
+def _merged(statements: Sequence[Statement]) -> Iterator[tuple[Statement, Any]]:
+    """``(statement, params)`` in order, adjacent ``many`` statements of the same SQL that
+    fetch nothing joined into one (a fan-out's tasks' pending writes)."""
+    i, n = 0, len(statements)
+    while i < n:
+        st = statements[i]
+        i += 1
+        if not st.many or st.fetch:
+            yield st, st.params
+            continue
+        params: Any = st.params
+        while i < n and statements[i].many and not statements[i].fetch:
+            if statements[i].sql != st.sql:
+                break
+            if params is st.params:
+                params = list(params)  # type: ignore[arg-type]
+            params.extend(statements[i].params)
+            i += 1
+        yield st, params
+
+
+_SQL_BYTES: dict[str, bytes] = {}
+
+
+def sql_of(st: Statement) -> Any:
+    """The statement's SQL as bytes (ASCII text only: it encodes alike in every client
+    encoding), one object per text so its hash is computed once."""
+    sql = st.sql
+    if (data := _SQL_BYTES.get(sql)) is None:
+        if not sql.isascii() or len(_SQL_BYTES) > 1000:
+            return sql
+        data = _SQL_BYTES.setdefault(sql, sql.encode("ascii"))
+    return data
 
 
 def in_pipeline(conn: Connection[Any] | AsyncConnection[Any]) -> bool:
