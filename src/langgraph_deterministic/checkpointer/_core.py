@@ -36,7 +36,13 @@ from psycopg.types.json import Jsonb
 from langgraph_deterministic._compat.langgraph import TASKS, DeltaSnapshot
 from langgraph_deterministic.checkpointer._batch import Batch, Operation, Statement
 from langgraph_deterministic.checkpointer._queries import queries
-from langgraph_deterministic.checkpointer._rows import Codec, config_for, load_tuple, next_version
+from langgraph_deterministic.checkpointer._rows import (
+    Codec,
+    checkpoint_json,
+    config_for,
+    load_tuple,
+    next_version,
+)
 from langgraph_deterministic.checkpointer.contract import (
     ATTEMPT_KEY,
     BRANCH_KEY,
@@ -515,7 +521,7 @@ def put(
         "checkpoint_ns": ns,
         "checkpoint_id": checkpoint["id"],
         "parent_checkpoint_id": parent_id,
-        "checkpoint": Jsonb(stored),
+        "checkpoint": checkpoint_json(stored),
         "metadata": Jsonb(contract.stored_metadata(config, metadata, info)),
     }
     guard = contract.guard_put(info, parent_id, checkpoint, source, parent)

@@ -2,14 +2,21 @@
 
 from __future__ import annotations
 
+import json
 import random
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, cast
 
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import Checkpoint, CheckpointTuple, PendingWrite, writes_sort_key
 from langgraph.checkpoint.serde.base import SerializerProtocol
+from psycopg.types.json import Jsonb
+
+try:  # a dependency of langsmith (so of every LangGraph install on CPython)
+    import orjson
+except ImportError:  # pragma: no cover - PyPy: the stdlib encoder only
+    orjson = None  # type: ignore[assignment]
 
 from langgraph_deterministic.errors import SerializationError
 
@@ -37,6 +44,48 @@ class Codec:
 
     def loads(self, type_: str, blob: bytes | None) -> Any:
         return self._loads((type_, blob if blob is not None else b""))
+
+
+# Types orjson would encode where json.dumps raises or encodes otherwise go to its
+# ``default``, which there is none of: it raises, and json.dumps decides as before.
+_ORJSON_AS_JSON = (
+    orjson.OPT_PASSTHROUGH_DATETIME
+    | orjson.OPT_PASSTHROUGH_DATACLASS
+    | orjson.OPT_PASSTHROUGH_SUBCLASS
+    if orjson is not None
+    else 0
+)
+
+
+def _dumps_checkpoint(value: Any) -> bytes | str:
+    """The checkpoint column's JSON: what ``json.dumps`` gives, as Postgres parses it, in a
+    tenth of the time (~2 vs ~25 us for a graph run's ~2 KB checkpoint, 14 per run).
+
+    orjson writes NaN and infinities as ``null`` where json.dumps writes tokens Postgres
+    refuses. Every ``null`` in orjson's output is a None, a non-finite float or those
+    letters inside a string; LangGraph's None channel values (its branch channels) are
+    the only ones expected, so when there are more, json.dumps encodes the value instead.
+    So does anything orjson refuses (a non-str key, an int over 64 bits, a passthrough
+    type)."""
+    if orjson is not None:
+        try:
+            data = orjson.dumps(value, option=_ORJSON_AS_JSON)
+        except TypeError:  # orjson.JSONEncodeError
+            pass
+        else:
+            nulls = data.count(b"null")
+            if not nulls:
+                return data
+            values = value.get("channel_values") if type(value) is dict else None
+            if type(values) is dict and list(values.values()).count(None) == nulls:
+                return data
+    return json.dumps(value)
+
+
+def checkpoint_json(checkpoint: Mapping[str, Any]) -> Jsonb:
+    """The ``checkpoint`` parameter of a checkpoint write (LangGraph's own keys and
+    primitives only: versions, ids, inline channel values)."""
+    return Jsonb(checkpoint, dumps=_dumps_checkpoint)
 
 
 def config_for(thread_id: str, checkpoint_ns: str, checkpoint_id: str) -> RunnableConfig:
