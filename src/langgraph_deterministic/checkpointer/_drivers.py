@@ -28,7 +28,7 @@ def execute(conn: Connection[Any], batch: Batch) -> Results:
     if not batch.atomic and len(statements) == 1 and batch.pipeline:
         (st,) = statements
         with conn.cursor(binary=True, row_factory=tuple_row) as cur:
-            cur.execute(st.sql, st.params, prepare=st.prepare)
+            cur.execute(sql_of(st), st.params, prepare=st.prepare)
             return [cur.fetchall() if st.fetch else None]
     if not batch.pipeline:
         # DDL and statements that must not run inside a pipeline (multi-statement
@@ -78,7 +78,7 @@ async def aexecute(conn: AsyncConnection[Any], batch: Batch) -> Results:
     if not batch.atomic and len(statements) == 1 and batch.pipeline:
         (st,) = statements
         async with conn.cursor(binary=True, row_factory=tuple_row) as cur:
-            await cur.execute(st.sql, st.params, prepare=st.prepare)
+            await cur.execute(sql_of(st), st.params, prepare=st.prepare)
             return [await cur.fetchall() if st.fetch else None]
     if not batch.pipeline:
         results: Results = []
