@@ -855,6 +855,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             flush=True,
         )
 
+        alone: dict[str, int] = {}
+
         async def go() -> list[Cell]:
             nets = {
                 n: await g.open_net(n, dsns[n], args.pool_size, policy, True) for n in args.nets
@@ -862,7 +864,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             try:
                 for net in nets.values():
                     add_floor_graphs(net)
-                return await run_rounds(args, nets)
+                cells = await run_rounds(args, nets)
+                for (side, _), graph in (kv for net in nets.values() for kv in net.graphs.items()):
+                    if side in FLOORS:
+                        alone[side] = alone.get(side, 0) + graph.checkpointer.stored_alone
+                return cells
             finally:
                 for net in nets.values():
                     await g.close_net(net)
@@ -882,6 +888,11 @@ def main(argv: Sequence[str] | None = None) -> int:
                 f"  {side:<13} {t['rt']:>3.0f} round trips = {t['rt'] / steps:.2f}/superstep; "
                 f"{t['stmts']:.0f} statements, {t['kb_out']:.1f} KB sent"
             )
+        measured_runs = sum(len(x.latencies) for c in cells for x in c.samples["floor"])
+        print(
+            "  writes that lost the race to their put (stored on their own) while measuring: "
+            + ", ".join(f"{s} {n} in {measured_runs} runs" for s, n in alone.items())
+        )
         print(f"\nWAL per sync graph run (one connection per side, {args.wal_runs} runs):")
         for side, w in wal.items():
             print(
@@ -902,6 +913,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                          "supersteps": steps, "load": [load_before[0], load_after[0]]},
                 "round_trips": traced,
                 "wal": wal,
+                "writes_stored_alone": alone,
                 "cells": [{
                     "workload": c.workload.name, "net": c.net,
                     "runs_per_s": {s: c.rps(s) for s in SIDES},
