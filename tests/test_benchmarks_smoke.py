@@ -235,7 +235,8 @@ def test_journal_benchmark_reports_every_workload(dsn: str) -> None:
     rows = re.findall(r"\[([a-z -]+)\] .*ratio ([\d.]+)x .* (\d\.\d\d) round trips/op", done.stdout)
     assert len(rows) == 10, done.stdout
     assert all(float(r) > 0 for _, r, _ in rows), rows
-    # 4 tasks x 5 new ops: a claim and a store per op, or one claim for the run and a store
-    # per op (claim-ahead: 21 statements for 20 ops, more if a fence check went stale)
+    # 4 tasks x 5 new ops: a claim and a store per op, or a store per op (claim-ahead: the
+    # first op runs on the run's admission; 20 statements for 20 ops, more if a fence check
+    # went stale)
     assert {float(t) for v, _, t in rows if v == "claim per op"} == {2.0}, rows
-    assert all(1.05 <= float(t) <= 2.0 for v, _, t in rows if v == "claim-ahead"), rows
+    assert all(1.0 <= float(t) <= 2.0 for v, _, t in rows if v == "claim-ahead"), rows

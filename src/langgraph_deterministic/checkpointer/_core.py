@@ -145,15 +145,20 @@ def _with_pending_sends(codec: Codec, rows: list[tuple[Any, ...]]) -> Operation[
 
 
 def get_tuple(
-    codec: Codec, config: RunnableConfig, contract: RunContract | None = None
+    codec: Codec,
+    config: RunnableConfig,
+    contract: RunContract | None = None,
+    journal_attempt: str | None = None,
 ) -> Operation[CheckpointTuple | None]:
+    """``journal_attempt``: the attempt a PostgresJournal session runs; a graph run of that
+    attempt registers it in the journal at its admission (see _start_graph_run)."""
     thread_id, ns = _thread_ns(config)
     select = queries()["select_checkpoint"]
     info = contract.call_info(config, thread_id, ns) if contract is not None else None
     if info is not None and info.in_graph_run:
         check_key_sizes(thread_id, ns, info.run_id)
     if info is not None and contract is not None and contract.checks_start(info):
-        return (yield from _start_graph_run(codec, config, contract, info))
+        return (yield from _start_graph_run(codec, config, contract, info, journal_attempt))
     params = {"thread_id": thread_id, "checkpoint_ns": ns}
     if checkpoint_id := get_checkpoint_id(config):
         sql = select + _AT_CHECKPOINT
@@ -190,7 +195,11 @@ def queue_channel(thread_id: str) -> str:
 
 
 def _start_graph_run(
-    codec: Codec, config: RunnableConfig, contract: RunContract, info: CallInfo
+    codec: Codec,
+    config: RunnableConfig,
+    contract: RunContract,
+    info: CallInfo,
+    journal_attempt: str | None = None,
 ) -> Operation[CheckpointTuple | None]:
     """A graph run loading its thread: the admission (the thread's lease, per the run's
     multitask strategy) and the start checks, decided before LangGraph applies any input.
@@ -199,6 +208,13 @@ def _start_graph_run(
     one round trip. Under READ COMMITTED the read takes its snapshot after the admission,
     which waited for any write of the previous holder in flight (they lock the lease
     row), so an interrupted or rolled-back run can store nothing the new run does not see.
+
+    A run of ``journal_attempt`` (PostgresJournal's session) is admitted by
+    ``lgd_journal_admit_v1`` instead: the same admission, which also registers the attempt
+    in the journal as its first claim would (taking the run over from its other
+    attempts), and returns the fence check its first op may start on
+    (``HeldLease.fence_at``), so that op needs no claim of its own. A refused start undoes
+    the registration with the lease.
     """
     contract.require_run_id(info, "A graph run")
     thread_id = info.thread_id
@@ -219,6 +235,9 @@ def _start_graph_run(
     # A DeterministicRunner names its attempt itself (its durable-op journal is fenced by
     # the same token); any other graph run gets a fresh one (not uuid4: see _for_graph_run).
     attempt = info.attempt or secrets.token_hex(16)
+    journaled = journal_attempt is not None and info.attempt == journal_attempt
+    admit = queries()["journal_admit" if journaled else "admit"]
+    fence_at = None
     strategy = contract.strategy_of(info)
     admission: Admission | None = None
     ticket: int | None = None
@@ -228,7 +247,7 @@ def _start_graph_run(
     while True:
         params = contract.admission(info, attempt, ticket)
         statements = (
-            [read] if params is None else [Statement(queries()["admit"], params, fetch=True), read]
+            [read] if params is None else [Statement(admit, params, fetch=True), read]
         )
         if listen and params is not None and not listening:
             statements.insert(0, Statement(f'LISTEN "{listen}"', prepare=False))
@@ -237,8 +256,10 @@ def _start_graph_run(
         rows = results[-1] or []
         if params is None:
             break
-        admission = Admission.from_row((results[-2] or [])[0])
+        answer = (results[-2] or [])[0]
+        admission = Admission.from_row(answer)
         if admission.verdict == "admitted":
+            fence_at = answer[10] if journaled else None
             break
         if admission.verdict == "unfinished":
             yield from _unlisten(listen if listening else None)
@@ -303,12 +324,17 @@ def _start_graph_run(
                 contract.check_stuck_head(info, loaded, fingerprint_kind(info.fingerprint))
     except DeterministicError:
         if admitted and admission is not None:
-            yield Batch.write(
-                Statement(queries()["unadmit"], _unadmit_params(info, attempt, admission))
-            )
+            undo = [Statement(queries()["unadmit"], _unadmit_params(info, attempt, admission))]
+            if fence_at is not None:
+                undo.append(
+                    Statement(
+                        queries()["journal_unadmit"], {"thread_id": thread_id, "attempt": attempt}
+                    )
+                )
+            yield Batch.write(*undo)
         raise
     if admitted and info.recorder is not None and info.run_id is not None:
-        info.recorder.held = HeldLease(thread_id, info.run_id, attempt)
+        info.recorder.held = HeldLease(thread_id, info.run_id, attempt, fence_at)
     if loaded is None:
         _note_branch(info, None)
         return None

@@ -425,6 +425,16 @@ LEFT JOIN lgd_runs r
 SELECT * FROM lgd_admit_v3(%(thread_id)s, %(run_id)s, %(attempt)s, %(strategy)s, %(ttl)s,
                            %(ticket)s::bigint)
 
+-- name: journal_admit
+-- The admission of a graph run PostgresJournal drives (migration 0021): lgd_admit_v3, and
+-- the attempt registered in the journal; fence_at: the fence check its first op may use.
+SELECT * FROM lgd_journal_admit_v1(%(thread_id)s, %(run_id)s, %(attempt)s, %(strategy)s,
+                                   %(ttl)s, %(ticket)s::bigint)
+
+-- name: journal_unadmit
+-- With unadmit, for a refused journaled admission: its registration undone.
+SELECT lgd_journal_unadmit_v1(%(thread_id)s, %(attempt)s)
+
 -- name: unadmit
 SELECT lgd_unadmit_v3(%(thread_id)s, %(attempt)s, %(run_id)s::text, %(holder_attempt)s::text,
                       %(expires_at)s::timestamptz, %(ended)s::text, %(strategy)s::text,
