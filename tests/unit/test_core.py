@@ -453,6 +453,44 @@ def test_a_refused_start_gives_the_admitted_lease_back() -> None:
     assert unadmit.params["attempt"] == db.sent("admit")[0].params["attempt"]  # type: ignore[index]
 
 
+def test_a_journaled_run_is_admitted_by_lgd_journal_admit_v1_in_the_same_round_trip() -> None:
+    """A graph run of the attempt a PostgresJournal session runs: lgd_journal_admit_v1 in
+    place of lgd_admit_v3, same parameters, same pipeline; its fence check comes back on
+    the held lease. Another attempt's run (a graph nested in a node, say) is admitted by
+    lgd_admit_v3 and carries no fence check."""
+    fence = NOW
+    for attempt, journal, query in (
+        ("runner-att", "runner-att", "journal_admit"),
+        ("runner-att", "other-att", "admit"),
+    ):
+        config = graph_config(attempt=attempt)
+        db = (
+            FakeDb()
+            .on(query, [(*admit_row("admitted", holder=None), fence)])
+            .on("select_head_with_run", NEW_THREAD)
+        )
+        assert db.run(_core.get_tuple(CODEC, config, RunContract(), journal)) is None
+        assert db.names() == [[query, "select_head_with_run"]]
+        held = config["callbacks"][0].held
+        expected = fence if query == "journal_admit" else None
+        assert held == HeldLease("t1", "r1", attempt, expected)
+
+
+def test_a_refused_journaled_start_undoes_the_registration_with_the_lease() -> None:
+    row = checkpoint_row("c1", metadata={"run_id": "r1", FINGERPRINT_KEY: "input:original"})
+    db = (
+        FakeDb()
+        .on("journal_admit", [(*admit_row("admitted", holder="r0"), NOW)])
+        .on("select_head_with_run", head_with_run(row))
+    )
+    config = graph_config(fingerprint="input:changed", attempt="runner-att")
+    with pytest.raises(RunInputMismatchError):
+        db.run(_core.get_tuple(CODEC, config, RunContract(), "runner-att"))
+    assert db.names() == [["journal_admit", "select_head_with_run"], ["unadmit", "journal_unadmit"]]
+    (undo,) = db.sent("journal_unadmit")
+    assert undo.params == {"thread_id": "t1", "attempt": "runner-att"}
+
+
 def test_enqueued_run_listens_waits_and_is_admitted_with_its_ticket() -> None:
     db = (
         FakeDb()
