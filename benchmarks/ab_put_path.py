@@ -1,10 +1,9 @@
 """A/B of the saver's write path against an earlier commit's, in one process.
 
 The put path of DeterministicSaver is the sans-I/O ``_core.put`` / ``_core.put_writes``
-and the SQL they send. This loads both from git revision ``--base`` (its ``_core.py`` and
-``sql/queries.sql``, plus any migration the working tree lacks is not needed: the base's
-functions must still be installed, which they are, migrations only add names) and runs
-whole sync graph runs of bench_saver's graph (policy ``require``, ``run_config``), each
+(and the release, ``_core.release_lease``) and the SQL they send. This loads them from git
+revision ``--base`` (its ``_core.py`` and ``sql/queries.sql``; the plpgsql functions they
+call are installed, since migrations only ever add names) and runs whole sync graph runs of bench_saver's graph (policy ``require``, ``run_config``), each
 variant on its own connection (its own backend), alternating variants rep by rep.
 Printed per variant, per run: client CPU (this process), server CPU (the variant's
 backend, ``/proc/PID/schedstat``), and from a libpq trace of one run: round trips,
