@@ -104,7 +104,8 @@ def test_cost_breakdown_counts_round_trips_and_statements(dsn: str) -> None:
     per run, not per superstep. Taking the lease is one more statement in the pipeline of
     the head read (no round trip), renewing it rides inside each checkpoint write. Measured
     at the parent commit: 32 round trips / 68 statements per graph run for both sides;
-    with leases ours is 33 / 70 (tests/contract/test_rows.py counts the per-call batches)."""
+    with leases ours was 33 / 70, with the write buffer and one statement per superstep
+    it is 16 / 18 (tests/contract/test_rows.py counts the per-call batches)."""
     env = {**os.environ, "DATABASE_URL": dsn}
     done = subprocess.run(
         [sys.executable, str(COST), "--ops", "10", "--reps", "1"],
