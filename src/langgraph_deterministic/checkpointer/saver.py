@@ -778,7 +778,12 @@ class DeterministicSaver(BaseCheckpointSaver[str]):
         waiting, waiter = self._writes.take(
             attempt, (str(configurable.get("checkpoint_ns") or ""), str(parent)), seal=True
         )
-        return (writes_first(op, waiting) if waiting else op), waiter
+        if waiting:  # in the put's transaction, the fenced writes in its very statement
+            op = _core.put(
+                self._codec, config, checkpoint, metadata, new_versions, self.contract,
+                pending=waiting,
+            )  # fmt: skip
+        return op, waiter
 
     def _admitted_attempt(self, config: RunnableConfig, thread_id: str) -> str | None:
         """The attempt token of the graph run (root or subgraph) this call belongs to,

@@ -67,6 +67,17 @@ CREATE TABLE checkpoint_writes (
     PRIMARY KEY (thread_id, checkpoint_ns, checkpoint_id, task_id, idx)
 );
 CREATE INDEX checkpoint_writes_thread_id_idx ON checkpoint_writes (thread_id);
+-- the checkpoint column and pending writes compressed with lz4 too (migration 0022)
+DO $$
+BEGIN
+    IF current_setting('server_version_num')::int >= 140000
+       AND EXISTS (SELECT 1 FROM pg_settings
+                   WHERE name = 'default_toast_compression' AND 'lz4' = ANY(enumvals)) THEN
+        EXECUTE 'ALTER TABLE checkpoints ALTER COLUMN checkpoint SET COMPRESSION lz4';
+        EXECUTE 'ALTER TABLE checkpoint_writes ALTER COLUMN blob SET COMPRESSION lz4';
+    END IF;
+END
+$$;
 
 -- == The retry contract: run ledger, checkpoint chain, thread leases ======================
 
@@ -778,4 +789,5 @@ INSERT INTO langgraph_deterministic_migrations (version, name, phase) VALUES
     (17, 'repair_log', 'pre'),
     (18, 'blob_lz4', 'pre'),
     (20, 'journal_store_v3', 'pre'),
-    (21, 'journal_admit', 'pre');
+    (21, 'journal_admit', 'pre'),
+    (22, 'lz4_checkpoints_writes', 'pre');
