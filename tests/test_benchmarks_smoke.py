@@ -239,3 +239,51 @@ def test_journal_benchmark_reports_every_workload(dsn: str) -> None:
     # per op (claim-ahead: 21 statements for 20 ops, more if a fence check went stale)
     assert {float(t) for v, _, t in rows if v == "claim per op"} == {2.0}, rows
     assert all(1.05 <= float(t) <= 2.0 for v, _, t in rows if v == "claim-ahead"), rows
+
+
+FLOOR = Path(__file__).resolve().parents[1] / "benchmarks" / "floor.py"
+FLOOR_SIDES = ["memory", "serialise", "floor", "floor_1stmt", "floor_nosync", "ours", "peer"]
+
+
+def test_floor_benchmark_measures_every_side_and_counts_the_floor(dsn: str, tmp_path: Path) -> None:
+    """benchmarks/floor.py --quick (issue 13's floor): every side on every workload and
+    network, every ratio, and the exact counts that make FloorSaver the floor: one round
+    trip and one commit per superstep (plus the first read), fewer than the peer, and a
+    WAL flush per commit unless synchronous_commit is off. Inside, before measuring, it
+    checks that FloorSaver stores the same rows as the peer and that each reads the
+    other's threads. No timing is asserted."""
+    out_json = tmp_path / "floor.json"
+    env = {**os.environ, "DATABASE_URL": dsn}
+    done = subprocess.run(
+        [sys.executable, str(FLOOR), "--quick", "--rounds", "1", "--json", str(out_json)],
+        capture_output=True, text=True, env=env, timeout=300, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    rows = re.findall(
+        r"^(graph_sync|graph_async)\s+(direct|1ms)\s+(\w+)\s+[\d.]+\s+[\d.]+\s", done.stdout, re.M
+    )
+    expected = sorted(
+        (w, n, s) for w in ("graph_sync", "graph_async") for n in ("direct", "1ms") for s in FLOOR_SIDES
+    )  # fmt: skip
+    assert sorted(rows) == expected, done.stdout
+    assert re.search(r"rows per run .*: floor \(14, \d+, \d+\) = floor_1stmt", done.stdout)
+    assert len(re.findall(r"^  \w+ (direct|1ms): vs (memory|peer) >= ", done.stdout, re.M)) == 6
+
+    report = json.loads(out_json.read_text())
+    steps = report["meta"]["supersteps"]
+    assert steps == 14, report["meta"]
+    for cell in report["cells"]:
+        assert cell["rounds"] == 1, cell
+        assert all(len(r) == 1 and r[0] > 0 for r in cell["ratios"].values()), cell
+    rt = {side: t["rt"] for side, t in report["round_trips"].items()}
+    # the read, then one per checkpoint; a task's put_writes racing the next put (LangGraph
+    # does not order them) is stored on its own
+    for side in ("floor", "floor_1stmt", "floor_nosync"):
+        assert steps + 1 <= rt[side] <= steps + 3, rt
+        assert rt[side] < rt["peer"], rt
+    assert report["round_trips"]["floor_1stmt"]["stmts"] == rt["floor_1stmt"], report
+    wal = report["wal"]
+    for side in ("floor", "floor_1stmt"):
+        assert steps - 1 <= wal[side]["wal_flushes"] <= wal[side]["commits"], wal
+        assert wal[side]["commits"] < wal["peer"]["commits"], wal
+    assert wal["floor_nosync"]["wal_flushes"] < wal["floor"]["wal_flushes"] / 2, wal

@@ -4,9 +4,9 @@
   ``npm install --prefix <cache>`` (cache: ``$LGD_CACHE_DIR/restate-server``, else
   ``<repo>/.cache/restate-server``) and returns the binary, or raises
   ``RestateUnavailable`` with the reason.
-* ``RestateServer`` runs it on free loopback ports, telemetry off, in a temp base dir;
-  ``forced_replay=True`` sets ``[worker.invoker] inactivity-timeout = "0s"`` so the
-  service suspends (and later replays) after every durable step.
+* ``restate_server()`` is the package's own launcher (``_restate_local.LocalRestate``,
+  what ``demo --restate`` runs) with the tests' settings; ``forced_replay=True`` makes
+  the service suspend (and later replay) after every durable step.
 * ``ServiceProcess`` runs ``tests/runner/restate_app.py`` under hypercorn in a
   subprocess, so a test can ``kill -9`` it and start it again on the same port.
 """
@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
-import json
 import os
 import platform
 import shutil
@@ -25,12 +24,11 @@ import subprocess
 import sys
 import tempfile
 import time
-import urllib.error
-import urllib.request
 from pathlib import Path
 from typing import Any
 
-RESTATE_VERSION = "1.7.12"
+from langgraph_deterministic._restate_local import RESTATE_VERSION, LocalRestate, free_port, http
+
 RESTATE_PACKAGE = "@restatedev/restate-server-linux-x64"
 REPO = Path(__file__).resolve().parents[2]
 HERE = Path(__file__).resolve().parent
@@ -99,12 +97,6 @@ def _version_ok(binary: Path) -> bool:
     return RESTATE_VERSION in out.stdout
 
 
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def _wait_port(port: int, deadline: float, proc: subprocess.Popen[Any], what: str) -> None:
     while time.monotonic() < deadline:
         if proc.poll() is not None:
@@ -117,118 +109,19 @@ def _wait_port(port: int, deadline: float, proc: subprocess.Popen[Any], what: st
     raise TimeoutError(f"{what} did not listen on 127.0.0.1:{port}")
 
 
-def http(method: str, url: str, body: Any = None, timeout: float = 60.0) -> tuple[int, Any]:
-    data = None if body is None else json.dumps(body).encode()
-    req = urllib.request.Request(
-        url,
-        data=data,
-        method=method,
-        headers={"content-type": "application/json", "accept": "application/json"},
+def restate_server(binary: Path, *, forced_replay: bool) -> LocalRestate:
+    """The package's own launcher (the one ``demo --restate`` runs), with the tests'
+    settings: two partitions, generous timeouts for a loaded CI machine, and no
+    PR_SET_PDEATHSIG (a fixture may start it from a thread that ends first)."""
+    return LocalRestate(
+        binary,
+        forced_replay=forced_replay,
+        partitions=2,
+        node_name="lgd-test",
+        start_timeout=60.0,
+        http_timeout=60.0,
+        die_with_parent=False,
     )
-    try:
-        with urllib.request.urlopen(req, timeout=timeout) as resp:
-            raw = resp.read()
-            status = resp.status
-    except urllib.error.HTTPError as err:
-        raw = err.read()
-        status = err.code
-    try:
-        return status, json.loads(raw) if raw else None
-    except ValueError:
-        return status, raw.decode(errors="replace")
-
-
-class RestateServer:
-    def __init__(self, binary: Path, *, forced_replay: bool) -> None:
-        self.binary = binary
-        self.forced_replay = forced_replay
-        self.base = Path(tempfile.mkdtemp(prefix="lgd-restate-"))
-        self.admin_port = free_port()
-        self.ingress_port = free_port()
-        self.fabric_port = free_port()
-        self.proc: subprocess.Popen[bytes] | None = None
-
-    @property
-    def admin(self) -> str:
-        return f"http://127.0.0.1:{self.admin_port}"
-
-    @property
-    def ingress(self) -> str:
-        return f"http://127.0.0.1:{self.ingress_port}"
-
-    def start(self) -> None:
-        config = self.base / "restate.toml"
-        lines = [
-            'bind-ip = "127.0.0.1"',
-            f"bind-port = {self.fabric_port}",
-            'listen-mode = "tcp"',
-            "disable-telemetry = true",
-            "default-num-partitions = 2",
-            'node-name = "lgd-test"',
-            'log-filter = "warn"',
-            "[admin]",
-            f"bind-port = {self.admin_port}",
-            "[ingress]",
-            f"bind-port = {self.ingress_port}",
-            # retry quickly after a kill -9 of the service
-            "[default-retry-policy]",
-            'initial-interval = "100ms"',
-            "exponentiation-factor = 1.5",
-            'max-interval = "1s"',
-        ]
-        if self.forced_replay:
-            lines += ["[worker.invoker]", 'inactivity-timeout = "0s"']
-        config.write_text("\n".join(lines) + "\n")
-        log = open(self.base / "restate.log", "wb")  # noqa: SIM115 - lives with the process
-        env = {k: v for k, v in os.environ.items() if not k.startswith("RESTATE_")}
-        self.proc = subprocess.Popen(
-            [
-                str(self.binary),
-                "--config-file",
-                str(config),
-                "--base-dir",
-                str(self.base / "data"),
-                "--no-logo",
-            ],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            env=env,
-            start_new_session=True,
-        )
-        deadline = time.monotonic() + 60
-        _wait_port(self.admin_port, deadline, self.proc, "restate-server")
-        while time.monotonic() < deadline:
-            with contextlib.suppress(OSError):
-                if http("GET", f"{self.admin}/health", timeout=2)[0] == 200:
-                    return
-            time.sleep(0.1)
-        raise TimeoutError("restate-server admin API did not become healthy")
-
-    def register(self, uri: str) -> None:
-        status, body = http("POST", f"{self.admin}/deployments", {"uri": uri, "force": True})
-        if status >= 300:
-            raise RuntimeError(f"registering {uri} failed: {status} {body}")
-
-    def query(self, sql: str) -> list[dict[str, Any]]:
-        status, body = http("POST", f"{self.admin}/query", {"query": sql})
-        if status >= 300:
-            raise RuntimeError(f"query failed: {status} {body}")
-        return list(body.get("rows", [])) if isinstance(body, dict) else []
-
-    def log_text(self) -> str:
-        p = self.base / "restate.log"
-        return p.read_text(errors="replace") if p.exists() else ""
-
-    def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(timeout=10)
-        self.proc = None
-        shutil.rmtree(self.base, ignore_errors=True)
 
 
 class ServiceProcess:
@@ -297,7 +190,7 @@ class RestateEnv:
     """One server + one registered service: what a test talks to."""
 
     def __init__(self, binary: Path, *, forced_replay: bool) -> None:
-        self.server = RestateServer(binary, forced_replay=forced_replay)
+        self.server = restate_server(binary, forced_replay=forced_replay)
         self.service = ServiceProcess()
         self.forced_replay = forced_replay
 
