@@ -45,6 +45,19 @@ def test_automatic_pace_runs_full_speed_when_quiet_and_halves_the_duty_when_busy
     assert Pacer(duty=0.25).wait_after(0.1, busy, 2.0) == pytest.approx(0.3)
 
 
+def test_the_pace_says_when_to_assume_live_workers() -> None:
+    busy = int(AUTO_BUSY_WAL_BYTES_PER_S * 2) + 1
+    pacer = Pacer()
+    assert pacer.live  # before the first range: careful
+    pacer.wait_after(0.1, 0, 2.0)
+    assert not pacer.live
+    pacer.wait_after(0.1, busy, 2.0)
+    assert pacer.live
+    pacer.wait_after(0.1, None, 2.0)  # WAL unreadable
+    assert pacer.live
+    assert Pacer(0.3).live and not Pacer(0.0).live  # a fixed pause: live unless full speed
+
+
 def test_ranges_are_sized_towards_a_short_statement() -> None:
     t = RANGE_TARGET_S
     assert _next_rows(4000, t, 20_000) == 4000  # on target: kept

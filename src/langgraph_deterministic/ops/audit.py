@@ -9,7 +9,8 @@ for long and takes no lock a live worker could wait for.
 Everything is decided in SQL from the checkpoints' JSON metadata, except two things that
 need LangGraph's serde: the head's messages (decoded only when the blob holds a tool call)
 and the inputs of the rare input checkpoints applied on an unfinished step. Decoding runs
-in a second thread while Postgres scans the next range.
+in a second thread while Postgres scans the next range, except beside live workers: there
+it runs after each range's statement, so the audit keeps at most one core busy.
 
 Fault classes (:data:`FAULTS`); all but ``no_run_id`` count as damage:
 
@@ -478,6 +479,7 @@ class Pacer:
     wait while the database is quiet (an audit alone runs at full speed), and, while live
     workers write to it (the server's WAL grows), a wait that keeps the scan's share of
     the time at ``duty``. When the WAL cannot be read, it assumes live workers.
+    :attr:`live` says whether the audit should assume live workers for the next range.
     """
 
     def __init__(
