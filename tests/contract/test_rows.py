@@ -443,6 +443,8 @@ def test_contract_adds_no_round_trip_to_writes_or_reads(db: str) -> None:
                         writes = sum("INTO checkpoint_writes" in sql for sql in sqls)
                         if any("lgd_release_v3" in sql for sql in sqls):
                             kind = "release"
+                            # alone in its transaction: no wait for the WAL flush
+                            assert writes or "synchronous_commit" in sqls[-1], sqls
                         elif any("lgd_put_checkpoint" in sql for sql in sqls):
                             kind = "put+writes" if writes else "put"
                         elif writes:
@@ -544,6 +546,27 @@ def test_the_lease_costs_two_statements_and_one_round_trip_per_run(db: str) -> N
     assert leased[0] == ["lgd_admit_v3", *bare[0]]  # the admission rides in the head read
     # Every superstep: the same batches (in the fan-out's order of completion).
     assert sorted(leased[1:-1]) == sorted(bare[1:])
+
+
+def test_a_release_alone_commits_without_waiting_for_the_wal_flush(db: str) -> None:
+    """The lease release with nothing riding along turns synchronous_commit off for its
+    own transaction only (its loss in a server crash is a lease that expires); with
+    pending writes riding along it is durable as any write."""
+    from langgraph_deterministic.checkpointer import _core
+    from langgraph_deterministic.checkpointer._ledger import HeldLease
+
+    DeterministicSaver(db).setup()
+    held = HeldLease("lazy-release", "r", "a")
+    with psycopg.connect(db) as conn:  # not autocommit: a transaction, as the driver's
+        (server,) = conn.execute("SHOW synchronous_commit").fetchone() or ("?",)
+        conn.rollback()
+        for lazy, inside in ((True, "off"), (False, server)):
+            (st,) = next(_core.release_lease(held, "ok", lazy=lazy)).statements
+            conn.execute(st.sql, st.params)
+            assert conn.execute("SHOW synchronous_commit").fetchone() == (inside,)
+            conn.commit()
+            assert conn.execute("SHOW synchronous_commit").fetchone() == (server,)
+            conn.rollback()
 
 
 def test_a_checkpoint_id_sorting_before_its_parent_is_refused(

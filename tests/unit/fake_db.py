@@ -35,13 +35,16 @@ def query_name(sql: str) -> str:
             return name
     if "FROM (SELECT c.thread_id" in sql:
         return "list"
-    # Composed statements: a block with {placeholders} filled in, or a block with a WHERE
-    # clause appended (select_checkpoint). The longest matching head wins.
+    # Composed statements: a block with {placeholders} filled in (its text after the last
+    # one must match too), or a block with a WHERE clause appended (select_checkpoint).
+    # The longest matching head and tail win.
     best, best_len = "", 0
     for name, text in blocks.items():
         head = text.split("{", 1)[0]
-        if head and sql.startswith(head) and len(head) > best_len:
-            best, best_len = name, len(head)
+        tail = text.rsplit("}", 1)[1] if "{" in text else ""
+        matches = head and sql.startswith(head) and sql.endswith(tail)
+        if matches and len(head) + len(tail) > best_len:
+            best, best_len = name, len(head) + len(tail)
     if not best:
         raise AssertionError(f"statement from no known query block:\n{sql[:300]}")
     return best

@@ -273,17 +273,50 @@ def test_put_without_contract_keeps_primitives_inline_and_blobs_only_new_version
         _core.put(CODEC, config, _checkpoint(values), {"step": 1}, {"messages": V2, "n": V2})
     )
     assert out["configurable"] == {"thread_id": "t1", "checkpoint_ns": "", "checkpoint_id": "c2"}
-    assert db.names() == [["upsert_blob", "upsert_checkpoint"]]
-    assert db.batches[0].atomic  # blobs and checkpoint land together or not at all
-    (blobs,) = db.sent("upsert_blob")
-    assert blobs.many
-    assert [(r["channel"], r["version"]) for r in blobs.params or ()] == [("messages", V2)]
-    (upsert,) = db.sent("upsert_checkpoint")
+    # blobs and checkpoint in one statement: they land together or not at all
+    assert db.names() == [["put_with"]]
+    (upsert,) = db.sent("put_with")
+    assert "INSERT INTO checkpoints" in upsert.sql and upsert.sql.count("::bytea") == 1
     row = upsert.params or {}
+    assert (row["channel_0"], row["version_0"]) == ("messages", V2)
     assert [row[k] for k in ("thread_id", "checkpoint_ns", "checkpoint_id")] == ["t1", "", "c2"]
     assert row["parent_checkpoint_id"] == "c1"
     stored = row["checkpoint"]
     assert stored.obj["channel_values"] == {"n": 1, "s": "x", "none": None}
+
+
+def test_a_puts_blobs_beyond_rows_max_go_in_statements_of_their_own() -> None:
+    """At most ROWS_MAX rows per statement (a few fixed shapes get prepared): the first
+    blobs in insert_blobs statements, the last ones with the checkpoint."""
+    n = _core.ROWS_MAX + 3
+    values = {f"ch{i}": [i] for i in range(n)}
+    config = graph_config(checkpoint_id="c1", attempt="att-1")
+    db = FakeDb()
+    db.run(
+        _core.put(CODEC, config, _checkpoint(values), {}, dict.fromkeys(values, V2), RunContract())
+    )
+    assert db.names() == [["insert_blobs", "put_with"]]
+    first, last = db.batches[0].statements
+    assert first.sql.count("::bytea") == _core.ROWS_MAX and last.sql.count("::bytea") == 3
+    assert "lgd_put_checkpoint_v6" in last.sql
+    sent = [p[f"channel_{i}"] for p in (first.params, last.params) for i in range(n) if f"channel_{i}" in p]  # type: ignore[operator,index]
+    assert sent == list(values)
+
+
+def test_regular_writes_go_in_one_fenced_statement_special_ones_one_per_row() -> None:
+    config = graph_config(checkpoint_id="c1", attempt="att-1")
+    db = FakeDb()
+    writes = [(f"ch{i}", i) for i in range(_core.ROWS_MAX + 1)]
+    db.run(_core.put_writes(CODEC, config, writes, "task-1", "p", RunContract()))
+    db.run(_core.put_writes(CODEC, config, [("__error__", "boom")], "task-1", "p", RunContract()))
+    assert db.names() == [["guarded_writes", "guarded_writes"], ["guarded_write"]]
+    chunk, rest = db.batches[0].statements
+    params = chunk.params or {}
+    assert (params["slot"], params["attempt"], params["run_id"]) == ("c1", "att-1", "r1")
+    assert [params[f"idx_{i}"] for i in range(_core.ROWS_MAX)] == list(range(_core.ROWS_MAX))
+    assert (rest.params or {})["idx_0"] == _core.ROWS_MAX
+    (special,) = db.sent("guarded_write")
+    assert special.many and [r["replace"] for r in special.params or ()] == [True]
 
 
 def test_put_under_the_contract_is_one_guarded_statement_and_maps_refusals() -> None:
@@ -360,11 +393,11 @@ def test_a_refused_attempts_later_writes_are_refused_again() -> None:
     refused the same way; barring again is a no-op (ON CONFLICT DO NOTHING)."""
     config = graph_config(checkpoint_id="c1", attempt="att-2")
     db = FakeDb().on(
-        "guarded_write", PgError("LG412", "this attempt was refused at checkpoint c1")
+        "guarded_writes", PgError("LG412", "this attempt was refused at checkpoint c1")
     )
     with pytest.raises(RunSupersededError):
         db.run(_core.put_writes(CODEC, config, [("messages", "x")], "task-1", "p", RunContract()))
-    assert db.names() == [["guarded_write"], ["refuse_attempt"]]
+    assert db.names() == [["guarded_writes"], ["refuse_attempt"]]
 
 
 @pytest.mark.parametrize(
@@ -393,8 +426,9 @@ def test_put_writes_without_contract_uses_the_plain_statements() -> None:
     db.run(_core.put_writes(CODEC, config, [("a", 1), ("b", 2)], "task", "p"))
     db.run(_core.put_writes(CODEC, config, [("__error__", "boom")], "task", "p"))
     db.run(_core.put_writes(CODEC, config, [], "task", "p"))  # nothing to write: no batch
-    assert db.names() == [["insert_write"], ["upsert_write"]]
-    assert [r["idx"] for r in db.sent("insert_write")[0].params or ()] == [0, 1]
+    assert db.names() == [["insert_writes"], ["upsert_write"]]
+    (regular,) = db.sent("insert_writes")
+    assert [(regular.params or {})[f"idx_{i}"] for i in (0, 1)] == [0, 1]
 
 
 # --- a graph run loading its thread: admission and start checks ---------------------------
@@ -451,6 +485,44 @@ def test_a_refused_start_gives_the_admitted_lease_back() -> None:
     assert unadmit.params is not None
     assert (unadmit.params["run_id"], unadmit.params["holder_attempt"]) == ("r0", "att-0")
     assert unadmit.params["attempt"] == db.sent("admit")[0].params["attempt"]  # type: ignore[index]
+
+
+def test_a_journaled_run_is_admitted_by_lgd_journal_admit_v1_in_the_same_round_trip() -> None:
+    """A graph run of the attempt a PostgresJournal session runs: lgd_journal_admit_v1 in
+    place of lgd_admit_v3, same parameters, same pipeline; its fence check comes back on
+    the held lease. Another attempt's run (a graph nested in a node, say) is admitted by
+    lgd_admit_v3 and carries no fence check."""
+    fence = NOW
+    for attempt, journal, query in (
+        ("runner-att", "runner-att", "journal_admit"),
+        ("runner-att", "other-att", "admit"),
+    ):
+        config = graph_config(attempt=attempt)
+        db = (
+            FakeDb()
+            .on(query, [(*admit_row("admitted", holder=None), fence)])
+            .on("select_head_with_run", NEW_THREAD)
+        )
+        assert db.run(_core.get_tuple(CODEC, config, RunContract(), journal)) is None
+        assert db.names() == [[query, "select_head_with_run"]]
+        held = config["callbacks"][0].held
+        expected = fence if query == "journal_admit" else None
+        assert held == HeldLease("t1", "r1", attempt, expected)
+
+
+def test_a_refused_journaled_start_undoes_the_registration_with_the_lease() -> None:
+    row = checkpoint_row("c1", metadata={"run_id": "r1", FINGERPRINT_KEY: "input:original"})
+    db = (
+        FakeDb()
+        .on("journal_admit", [(*admit_row("admitted", holder="r0"), NOW)])
+        .on("select_head_with_run", head_with_run(row))
+    )
+    config = graph_config(fingerprint="input:changed", attempt="runner-att")
+    with pytest.raises(RunInputMismatchError):
+        db.run(_core.get_tuple(CODEC, config, RunContract(), "runner-att"))
+    assert db.names() == [["journal_admit", "select_head_with_run"], ["unadmit", "journal_unadmit"]]
+    (undo,) = db.sent("journal_unadmit")
+    assert undo.params == {"thread_id": "t1", "attempt": "runner-att"}
 
 
 def test_enqueued_run_listens_waits_and_is_admitted_with_its_ticket() -> None:
@@ -538,7 +610,7 @@ def test_put_batch_writes_everything_in_one_transaction_with_the_release() -> No
     assert db.run(_core.put_batch(CODEC, _batch_items(), RunContract(), (held, "ok"))) is None
     assert db.names() == [
         ["child_of_run"],
-        ["guarded_write", "guarded_put_checkpoint", "release_lease"],
+        ["guarded_writes", "guarded_put_checkpoint", "release_lease"],
     ]
     assert db.batches[1].atomic
     assert db.sent("child_of_run")[0].params == {"thread_id": "t1", "parent": "c1", "run_id": "r1"}
@@ -571,6 +643,15 @@ def test_put_batch_refused_releases_the_lease_as_failed_and_raises_ours() -> Non
         "attempt": "att-1",
         "ended": "error",
     }
+
+
+def test_a_release_alone_does_not_wait_for_the_flush() -> None:
+    held = HeldLease("t1", "r1", "att-1")
+    db = FakeDb()
+    db.run(_core.release_lease(held, "ok", lazy=True))
+    db.run(_core.release_lease(held, "error"))
+    assert db.names() == [["release_lease_lazy"], ["release_lease"]]
+    assert "set_config('synchronous_commit', 'off', true)" in db.batches[0].statements[0].sql
 
 
 # --- prune, delta history, versions -------------------------------------------------------

@@ -14,6 +14,7 @@ of its fencing statement, and a graph run's load asks it whether the run may sta
 from __future__ import annotations
 
 import hashlib
+import re
 import secrets
 from collections.abc import Mapping, Sequence
 from functools import cache
@@ -145,15 +146,20 @@ def _with_pending_sends(codec: Codec, rows: list[tuple[Any, ...]]) -> Operation[
 
 
 def get_tuple(
-    codec: Codec, config: RunnableConfig, contract: RunContract | None = None
+    codec: Codec,
+    config: RunnableConfig,
+    contract: RunContract | None = None,
+    journal_attempt: str | None = None,
 ) -> Operation[CheckpointTuple | None]:
+    """``journal_attempt``: the attempt a PostgresJournal session runs; a graph run of that
+    attempt registers it in the journal at its admission (see _start_graph_run)."""
     thread_id, ns = _thread_ns(config)
     select = queries()["select_checkpoint"]
     info = contract.call_info(config, thread_id, ns) if contract is not None else None
     if info is not None and info.in_graph_run:
         check_key_sizes(thread_id, ns, info.run_id)
     if info is not None and contract is not None and contract.checks_start(info):
-        return (yield from _start_graph_run(codec, config, contract, info))
+        return (yield from _start_graph_run(codec, config, contract, info, journal_attempt))
     params = {"thread_id": thread_id, "checkpoint_ns": ns}
     if checkpoint_id := get_checkpoint_id(config):
         sql = select + _AT_CHECKPOINT
@@ -190,7 +196,11 @@ def queue_channel(thread_id: str) -> str:
 
 
 def _start_graph_run(
-    codec: Codec, config: RunnableConfig, contract: RunContract, info: CallInfo
+    codec: Codec,
+    config: RunnableConfig,
+    contract: RunContract,
+    info: CallInfo,
+    journal_attempt: str | None = None,
 ) -> Operation[CheckpointTuple | None]:
     """A graph run loading its thread: the admission (the thread's lease, per the run's
     multitask strategy) and the start checks, decided before LangGraph applies any input.
@@ -199,6 +209,13 @@ def _start_graph_run(
     one round trip. Under READ COMMITTED the read takes its snapshot after the admission,
     which waited for any write of the previous holder in flight (they lock the lease
     row), so an interrupted or rolled-back run can store nothing the new run does not see.
+
+    A run of ``journal_attempt`` (PostgresJournal's session) is admitted by
+    ``lgd_journal_admit_v1`` instead: the same admission, which also registers the attempt
+    in the journal as its first claim would (taking the run over from its other
+    attempts), and returns the fence check its first op may start on
+    (``HeldLease.fence_at``), so that op needs no claim of its own. A refused start undoes
+    the registration with the lease.
     """
     contract.require_run_id(info, "A graph run")
     thread_id = info.thread_id
@@ -219,6 +236,9 @@ def _start_graph_run(
     # A DeterministicRunner names its attempt itself (its durable-op journal is fenced by
     # the same token); any other graph run gets a fresh one (not uuid4: see _for_graph_run).
     attempt = info.attempt or secrets.token_hex(16)
+    journaled = journal_attempt is not None and info.attempt == journal_attempt
+    admit = queries()["journal_admit" if journaled else "admit"]
+    fence_at = None
     strategy = contract.strategy_of(info)
     admission: Admission | None = None
     ticket: int | None = None
@@ -228,7 +248,7 @@ def _start_graph_run(
     while True:
         params = contract.admission(info, attempt, ticket)
         statements = (
-            [read] if params is None else [Statement(queries()["admit"], params, fetch=True), read]
+            [read] if params is None else [Statement(admit, params, fetch=True), read]
         )
         if listen and params is not None and not listening:
             statements.insert(0, Statement(f'LISTEN "{listen}"', prepare=False))
@@ -237,8 +257,10 @@ def _start_graph_run(
         rows = results[-1] or []
         if params is None:
             break
-        admission = Admission.from_row((results[-2] or [])[0])
+        answer = (results[-2] or [])[0]
+        admission = Admission.from_row(answer)
         if admission.verdict == "admitted":
+            fence_at = answer[10] if journaled else None
             break
         if admission.verdict == "unfinished":
             yield from _unlisten(listen if listening else None)
@@ -303,12 +325,17 @@ def _start_graph_run(
                 contract.check_stuck_head(info, loaded, fingerprint_kind(info.fingerprint))
     except DeterministicError:
         if admitted and admission is not None:
-            yield Batch.write(
-                Statement(queries()["unadmit"], _unadmit_params(info, attempt, admission))
-            )
+            undo = [Statement(queries()["unadmit"], _unadmit_params(info, attempt, admission))]
+            if fence_at is not None:
+                undo.append(
+                    Statement(
+                        queries()["journal_unadmit"], {"thread_id": thread_id, "attempt": attempt}
+                    )
+                )
+            yield Batch.write(*undo)
         raise
     if admitted and info.recorder is not None and info.run_id is not None:
-        info.recorder.held = HeldLease(thread_id, info.run_id, attempt)
+        info.recorder.held = HeldLease(thread_id, info.run_id, attempt, fence_at)
     if loaded is None:
         _note_branch(info, None)
         return None
@@ -356,14 +383,18 @@ def _unadmit_params(info: CallInfo, attempt: str, admission: Admission) -> dict[
     }
 
 
-def release_lease(held: HeldLease, ended: str) -> Operation[None]:
-    """The graph call of a lease holder returned (``ok``) or raised (``error``)."""
-    yield Batch.write(_release_statement(held, ended))
+def release_lease(held: HeldLease, ended: str, *, lazy: bool = False) -> Operation[None]:
+    """The graph call of a lease holder returned (``ok``) or raised (``error``).
+
+    ``lazy``: nothing else is in the transaction, so its commit need not wait for the WAL
+    flush (see release_lease_lazy): a release lost to a server crash is a lease that
+    expires, as a crashed worker's does."""
+    yield Batch.write(_release_statement(held, ended, lazy=lazy))
 
 
-def _release_statement(held: HeldLease, ended: str) -> Statement:
+def _release_statement(held: HeldLease, ended: str, *, lazy: bool = False) -> Statement:
     return Statement(
-        queries()["release_lease"],
+        queries()["release_lease_lazy" if lazy else "release_lease"],
         {"thread_id": held.thread_id, "attempt": held.attempt, "ended": ended},
     )
 
@@ -464,7 +495,11 @@ def put(
     metadata: CheckpointMetadata,
     new_versions: ChannelVersions,
     contract: RunContract | None = None,
+    pending: Sequence[Statement] = (),
 ) -> Operation[RunnableConfig]:
+    """``pending``: statements of ``put_writes`` calls to send first in the same
+    transaction (the superstep's writes, see ``_writebuffer``); the fenced writes of the
+    parent among them ride in the checkpoint's own statement."""
     thread_id, ns = _thread_ns(config)
     parent_id = config["configurable"].get("checkpoint_id")
     if contract is None:
@@ -490,15 +525,9 @@ def put(
         if channel in new_versions:
             type_, blob = codec.dumps(f"channel {channel!r}", value)
             blob_rows.append(
-                {
-                    "thread_id": thread_id,
-                    "checkpoint_ns": ns,
-                    "channel": channel,
-                    "version": str(new_versions[channel]),
-                    "type": type_,
-                    "blob": blob,
-                }
-            )
+                {"channel": channel, "version": str(new_versions[channel]), "type": type_,
+                 "blob": blob}
+            )  # fmt: skip
     source = metadata.get("source")
     parent: ParentRow | None = None
     if contract.needs_parent(info, parent_id, source):
@@ -507,9 +536,6 @@ def put(
             {"thread_id": thread_id, "checkpoint_id": parent_id},
         )
         parent = (found[0][0], found[0][1]) if found else None
-    statements = []
-    if blob_rows:
-        statements.append(Statement(queries()["upsert_blob"], blob_rows, many=True))
     row = {
         "thread_id": thread_id,
         "checkpoint_ns": ns,
@@ -519,12 +545,32 @@ def put(
         "metadata": Jsonb(contract.stored_metadata(config, metadata, info)),
     }
     guard = contract.guard_put(info, parent_id, checkpoint, source, parent)
-    if guard is None:
-        statements.append(Statement(queries()["upsert_checkpoint"], row))
-    else:
-        # The upsert, the lease, the claim of the parent's child slot (fencing) and the
-        # run ledger, in one statement of the same pipeline: a refusal rolls it all back.
-        statements.append(Statement(queries()["guarded_put_checkpoint"], {**row, **guard}))
+    # With a guard: the upsert, the lease, the claim of the parent's child slot (fencing)
+    # and the run ledger, in one statement (guarded_put_checkpoint). The blobs ride in it
+    # (put_with), and under a guard the parent's pending writes too; beyond ROWS_MAX rows
+    # each, the first ones go in statements of their own before it.
+    name, params = (
+        ("upsert_checkpoint", row) if guard is None else ("guarded_put_checkpoint", {**row, **guard})
+    )
+    fence, writes, rest = _foldable(pending) if guard is not None else (None, [], list(pending))
+    statements = rest
+    write_chunks, blob_chunks = _chunks(writes), _chunks(blob_rows)
+    if fence is not None:
+        statements.extend(
+            Statement(_rows_sql("guarded_writes", "write_row", len(c)), _numbered(c, fence))
+            for c in write_chunks[:-1]
+        )
+    shared = {"thread_id": thread_id, "checkpoint_ns": ns}
+    statements.extend(
+        Statement(_rows_sql("insert_blobs", "blob_row", len(c)), _numbered(c, shared))
+        for c in blob_chunks[:-1]
+    )
+    blobs = blob_chunks[-1] if blob_chunks else []
+    folded = write_chunks[-1] if write_chunks else []
+    params = _numbered(blobs, params)
+    if folded and fence is not None:
+        params.update((f"w_{k}", v) for k, v in _numbered(folded, fence).items())
+    statements.append(Statement(_put_sql(name, len(blobs), len(folded)), params))
     try:
         yield Batch.write(*statements)
     except Exception as exc:
@@ -535,6 +581,84 @@ def put(
     if contract.enforced:
         carry_run_id(info, stored_config)
     return stored_config
+
+
+#: Rows per multi-row statement (insert_blobs, insert_writes, guarded_writes): more rows
+#: go in further statements, so only ROWS_MAX shapes of each are ever prepared.
+ROWS_MAX = 8
+_PARAM = re.compile(r"%\((\w+)\)s")
+
+
+def _chunks(rows: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
+    return [rows[i : i + ROWS_MAX] for i in range(0, len(rows), ROWS_MAX)]
+
+
+@cache
+def _rows_sql(block: str, row: str, n: int) -> str:
+    """``block`` with its ``{rows}`` filled by ``n`` copies of the ``row`` block, the
+    parameters of the i-th copy suffixed ``_i`` (see :func:`_numbered`)."""
+    template = queries()[row]
+    values = ",\n".join(_PARAM.sub(rf"%(\1_{i})s", template) for i in range(n))
+    sql = queries()[block].replace("{rows}", values)
+    _SHAPES[sql] = (block, n)
+    return sql
+
+
+# (block, rows) of each statement _rows_sql made: what _foldable can take apart again
+_SHAPES: dict[str, tuple[str, int]] = {}
+
+
+@cache
+def _put_sql(put: str, blobs: int, writes: int) -> str:
+    """``put`` (a block) carrying ``blobs`` blob rows and ``writes`` fenced pending writes."""
+    q = queries()
+    if not blobs and not writes:
+        return q[put]
+    ctes = []
+    if writes:
+        fenced = _PARAM.sub(r"%(w_\1)s", _rows_sql("guarded_writes", "write_row", writes))
+        ctes.append(q["writes_cte"].replace("{guarded_writes}", fenced))
+    if blobs:
+        ctes.append(q["blobs_cte"].replace("{insert_blobs}", _rows_sql("insert_blobs", "blob_row", blobs)))
+    main = q[put] + ("\n" + q["written_after"] if writes else "")
+    return q["put_with"].replace("{ctes}", ",\n".join(ctes)).replace("{put}", main)
+
+
+_FENCE = ("thread_id", "checkpoint_ns", "checkpoint_id", "slot", "attempt", "run_id")
+_WRITE_FIELDS = ("task_id", "task_path", "idx", "channel", "type", "blob")
+
+
+def _foldable(
+    pending: Sequence[Statement],
+) -> tuple[dict[str, Any] | None, list[dict[str, Any]], list[Statement]]:
+    """The fence and rows of the guarded_writes statements in ``pending`` that share one
+    fence (a superstep's writes: all of them), and the other statements."""
+    fence: dict[str, Any] | None = None
+    rows: list[dict[str, Any]] = []
+    rest: list[Statement] = []
+    for st in pending:
+        shape = _SHAPES.get(st.sql)
+        if shape is None or shape[0] != "guarded_writes" or not isinstance(st.params, Mapping):
+            rest.append(st)
+            continue
+        params = st.params
+        this = {k: params[k] for k in _FENCE}
+        if fence is None:
+            fence = this
+        elif this != fence:
+            rest.append(st)
+            continue
+        rows.extend({f: params[f"{f}_{i}"] for f in _WRITE_FIELDS} for i in range(shape[1]))
+    return fence, rows, rest
+
+
+def _numbered(rows: Sequence[Mapping[str, Any]], shared: Mapping[str, Any]) -> dict[str, Any]:
+    """The parameters of a multi-row statement: ``shared`` plus each row's, suffixed."""
+    params = dict(shared)
+    for i, row in enumerate(rows):
+        for key, value in row.items():
+            params[f"{key}_{i}"] = value
+    return params
 
 
 def put_writes(
@@ -558,33 +682,29 @@ def put_writes(
     for idx, (channel, value) in enumerate(writes):
         type_, blob = codec.dumps(f"a write to channel {channel!r}", value)
         rows.append(
-            {
-                "thread_id": thread_id,
-                "checkpoint_ns": ns,
-                "checkpoint_id": checkpoint_id,
-                "task_id": task_id,
-                "task_path": task_path,
-                "idx": WRITES_IDX_MAP.get(channel, idx),
-                "channel": channel,
-                "type": type_,
-                "blob": blob,
-            }
-        )
-    # Special writes (error, interrupt...) replace the task's previous one; others are
-    # first-writer-wins.
+            {"task_id": task_id, "task_path": task_path, "idx": WRITES_IDX_MAP.get(channel, idx),
+             "channel": channel, "type": type_, "blob": blob}
+        )  # fmt: skip
+    # Special writes (error, interrupt...) replace the task's previous one, one statement
+    # per row (an upsert cannot touch a row twice in one statement); others are
+    # first-writer-wins, ROWS_MAX rows per statement.
     special = all(channel in WRITES_IDX_MAP for channel, _ in writes)
     statements = []
+    shared = {"thread_id": thread_id, "checkpoint_ns": ns, "checkpoint_id": checkpoint_id}
     guard = contract.guard_writes(info, checkpoint_id, task_id, (c for c, _ in writes))
-    if guard is None:
-        sql = queries()["upsert_write" if special else "insert_write"]
-        statements.append(Statement(sql, rows, many=True))
-    else:
+    if guard is not None:
         if guard["command"] or guard["interrupted"]:
             statements.append(Statement(queries()["guard_writes"], guard))
-        fence = {"slot": guard["slot"], "attempt": guard["attempt"],
-                 "run_id": guard["run_id"], "replace": special}  # fmt: skip
-        statements.append(
-            Statement(queries()["guarded_write"], [{**r, **fence} for r in rows], many=True)
+        shared.update(slot=guard["slot"], attempt=guard["attempt"], run_id=guard["run_id"])
+    if special:
+        one = {**shared, "replace": True} if guard is not None else shared
+        sql = queries()["upsert_write" if guard is None else "guarded_write"]
+        statements.append(Statement(sql, [{**one, **r} for r in rows], many=True))
+    else:
+        block = "insert_writes" if guard is None else "guarded_writes"
+        statements.extend(
+            Statement(_rows_sql(block, "write_row", len(c)), _numbered(c, shared))
+            for c in _chunks(rows)
         )
     try:
         yield Batch.write(*statements)

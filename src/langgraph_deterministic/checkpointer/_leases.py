@@ -60,12 +60,14 @@ class LeaseKeeper:
                 self.forget(held)
                 writes = self._pending(held.attempt)
                 try:
-                    await self._arun(writes_first(_core.release_lease(held, ended), writes))
+                    await self._arun(
+                        writes_first(_core.release_lease(held, ended, lazy=not writes), writes)
+                    )
                 except Exception:
                     if not writes:
                         raise
                     _lost(held, len(writes))
-                    await self._arun(_core.release_lease(held, ended))
+                    await self._arun(_core.release_lease(held, ended, lazy=True))
 
             recorder.bind_release(arelease, is_async=True)
         else:
@@ -74,12 +76,14 @@ class LeaseKeeper:
                 self.forget(held)
                 writes = self._pending(held.attempt)
                 try:
-                    self._run(writes_first(_core.release_lease(held, ended), writes))
+                    self._run(
+                        writes_first(_core.release_lease(held, ended, lazy=not writes), writes)
+                    )
                 except Exception:
                     if not writes:
                         raise
                     _lost(held, len(writes))
-                    self._run(_core.release_lease(held, ended))
+                    self._run(_core.release_lease(held, ended, lazy=True))
 
             recorder.bind_release(release, is_async=False)
         self.keep(held)

@@ -52,6 +52,9 @@ class HeldLease:
     thread_id: str
     run_id: str
     attempt: str
+    #: a run PostgresJournal drives: when its admission registered the attempt in the
+    #: journal (lgd_journal_admit_v1), the fence check its first op may start on
+    fence_at: Any = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,7 +69,7 @@ class Admission:
     @classmethod
     def from_row(cls, row: tuple[Any, ...]) -> Admission:
         (verdict, ticket, run, attempt, expires, ended, strategy, outcome, acquired,
-         mine) = row  # fmt: skip
+         mine) = row[:10]  # fmt: skip
         holder = (
             Lease(run, attempt, strategy, outcome, acquired, expires, ended)
             if run is not None

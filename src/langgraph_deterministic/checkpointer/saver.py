@@ -110,6 +110,35 @@ CHECKPOINT_EVENTS: ContextVar[Callable[[str, RunnableConfig, str | None], None] 
 )
 
 
+#: Set by PostgresJournal's session for one runner call: ``(attempt, admitted)``. A graph
+#: run of that attempt this saver admits registers the attempt in the journal in the same
+#: statement (``lgd_journal_admit_v1``); ``admitted(saver, held, asked)`` hears of it, with
+#: ``held.fence_at`` and the local monotonic time the admission was sent (its answer is
+#: no older). The run's first op then needs no claim of its own.
+JOURNAL_ADMISSION: ContextVar[tuple[str, Callable[[Any, HeldLease, float], None]] | None] = (
+    ContextVar("lgd_journal_admission", default=None)
+)
+
+
+def _held(config: RunnableConfig) -> HeldLease | None:
+    recorder = find_recorder(config)
+    return None if recorder is None else recorder.held
+
+
+def _admitted(
+    saver: Any,
+    journal: tuple[str, Callable[[Any, HeldLease, float], None]],
+    config: RunnableConfig,
+    before: HeldLease | None,
+    asked: float,
+) -> None:
+    """Tell the journal's session of an admission this load made (not of an earlier one)."""
+    held = _held(config)
+    if held is None or held is before or held.fence_at is None or held.attempt != journal[0]:
+        return
+    journal[1](saver, held, asked)
+
+
 def _announce(kind: str, config: RunnableConfig, checkpoint_id: str | None) -> None:
     listener = CHECKPOINT_EVENTS.get()
     if listener is not None:
@@ -749,7 +778,12 @@ class DeterministicSaver(BaseCheckpointSaver[str]):
         waiting, waiter = self._writes.take(
             attempt, (str(configurable.get("checkpoint_ns") or ""), str(parent)), seal=True
         )
-        return (writes_first(op, waiting) if waiting else op), waiter
+        if waiting:  # in the put's transaction, the fenced writes in its very statement
+            op = _core.put(
+                self._codec, config, checkpoint, metadata, new_versions, self.contract,
+                pending=waiting,
+            )  # fmt: skip
+        return op, waiter
 
     def _admitted_attempt(self, config: RunnableConfig, thread_id: str) -> str | None:
         """The attempt token of the graph run (root or subgraph) this call belongs to,
@@ -778,9 +812,18 @@ class DeterministicSaver(BaseCheckpointSaver[str]):
     def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
         if (pending := self._pending_of(config)) is not None:
             self._run(pending)
-        found = self._run(_core.get_tuple(self._codec, config, self.contract))
+        journal = JOURNAL_ADMISSION.get()
+        if journal is None:
+            found = self._run(_core.get_tuple(self._codec, config, self.contract))
+        else:
+            before, asked = _held(config), time.monotonic()
+            found = self._run(
+                _core.get_tuple(self._codec, config, self.contract, journal[0])
+            )
         self._leases.bind(config, is_async=False)
         _announce("load", config, _found_id(found))
+        if journal is not None:
+            _admitted(self, journal, config, before, asked)
         return found
 
     def list(
@@ -856,9 +899,18 @@ class DeterministicSaver(BaseCheckpointSaver[str]):
     async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
         if (pending := self._pending_of(config)) is not None:
             await self._arun(pending)
-        found = await self._arun(_core.get_tuple(self._codec, config, self.contract))
+        journal = JOURNAL_ADMISSION.get()
+        if journal is None:
+            found = await self._arun(_core.get_tuple(self._codec, config, self.contract))
+        else:
+            before, asked = _held(config), time.monotonic()
+            found = await self._arun(
+                _core.get_tuple(self._codec, config, self.contract, journal[0])
+            )
         self._leases.bind(config, is_async=True)
         _announce("load", config, _found_id(found))
+        if journal is not None:
+            _admitted(self, journal, config, before, asked)
         return found
 
     async def alist(

@@ -67,6 +67,17 @@ CREATE TABLE checkpoint_writes (
     PRIMARY KEY (thread_id, checkpoint_ns, checkpoint_id, task_id, idx)
 );
 CREATE INDEX checkpoint_writes_thread_id_idx ON checkpoint_writes (thread_id);
+-- the checkpoint column and pending writes compressed with lz4 too (migration 0022)
+DO $$
+BEGIN
+    IF current_setting('server_version_num')::int >= 140000
+       AND EXISTS (SELECT 1 FROM pg_settings
+                   WHERE name = 'default_toast_compression' AND 'lz4' = ANY(enumvals)) THEN
+        EXECUTE 'ALTER TABLE checkpoints ALTER COLUMN checkpoint SET COMPRESSION lz4';
+        EXECUTE 'ALTER TABLE checkpoint_writes ALTER COLUMN blob SET COMPRESSION lz4';
+    END IF;
+END
+$$;
 
 -- == The retry contract: run ledger, checkpoint chain, thread leases ======================
 
@@ -346,6 +357,61 @@ BEGIN
         END IF;
     END IF;
     RETURN QUERY SELECT true, CASE WHEN holds THEN statement_timestamp() END;
+END
+$$;
+
+-- migration 0021_pre_journal_admit
+CREATE OR REPLACE FUNCTION lgd_journal_admit_v1(
+    p_thread TEXT, p_run TEXT, p_attempt TEXT, p_strategy TEXT, p_ttl DOUBLE PRECISION,
+    p_ticket BIGINT
+) RETURNS TABLE (
+    verdict TEXT, ticket BIGINT, holder_run TEXT, holder_attempt TEXT,
+    holder_expires_at TIMESTAMPTZ, holder_ended TEXT, holder_strategy TEXT,
+    holder_outcome TEXT, holder_acquired_at TIMESTAMPTZ, outcome TEXT, fence_at TIMESTAMPTZ
+) LANGUAGE plpgsql AS $$
+DECLARE
+    adm RECORD;
+    v_fence TIMESTAMPTZ;
+BEGIN
+    SELECT * INTO adm FROM lgd_admit_v3(p_thread, p_run, p_attempt, p_strategy, p_ttl,
+                                        p_ticket) AS x;
+    IF adm.verdict = 'admitted' THEN
+        -- As in lgd_journal_claim_v2: lock the attempts this may fence off first, so that
+        -- fenced_at is stamped after every statement that share-locked one of them (a
+        -- claim, or a store that checked the fence) committed.
+        PERFORM 1 FROM lgd_journal_attempts a
+        WHERE a.thread_id = p_thread AND a.run_id = p_run AND a.attempt <> p_attempt
+          AND a.fenced_by IS NULL
+        ORDER BY a.attempt
+        FOR UPDATE OF a;
+        INSERT INTO lgd_journal_attempts AS a (thread_id, attempt, run_id)
+        VALUES (p_thread, p_attempt, p_run)
+        ON CONFLICT (thread_id, attempt) DO NOTHING;
+        IF FOUND THEN
+            UPDATE lgd_journal_attempts a SET fenced_by = p_attempt, fenced_at = clock_timestamp()
+            WHERE a.thread_id = p_thread AND a.run_id = p_run AND a.attempt <> p_attempt
+              AND a.fenced_by IS NULL;
+            v_fence := statement_timestamp();
+        END IF;
+    END IF;
+    RETURN QUERY SELECT adm.verdict, adm.ticket, adm.holder_run, adm.holder_attempt,
+        adm.holder_expires_at, adm.holder_ended, adm.holder_strategy, adm.holder_outcome,
+        adm.holder_acquired_at, adm.outcome, v_fence;
+END
+$$;
+
+-- migration 0021_pre_journal_admit
+CREATE OR REPLACE FUNCTION lgd_journal_unadmit_v1(p_thread TEXT, p_attempt TEXT)
+RETURNS void LANGUAGE plpgsql AS $$
+DECLARE
+    mine lgd_journal_attempts;
+BEGIN
+    SELECT * INTO mine FROM lgd_journal_attempts a
+    WHERE a.thread_id = p_thread AND a.attempt = p_attempt
+    FOR UPDATE;
+    UPDATE lgd_journal_attempts a SET fenced_by = mine.fenced_by, fenced_at = mine.fenced_at
+    WHERE a.thread_id = p_thread AND a.fenced_by = p_attempt;
+    DELETE FROM lgd_journal_attempts a WHERE a.thread_id = p_thread AND a.attempt = p_attempt;
 END
 $$;
 
@@ -722,4 +788,6 @@ INSERT INTO langgraph_deterministic_migrations (version, name, phase) VALUES
     (16, 'arbitration_v6', 'pre'),
     (17, 'repair_log', 'pre'),
     (18, 'blob_lz4', 'pre'),
-    (20, 'journal_store_v3', 'pre');
+    (20, 'journal_store_v3', 'pre'),
+    (21, 'journal_admit', 'pre'),
+    (22, 'lz4_checkpoints_writes', 'pre');

@@ -12,11 +12,17 @@ and parallel tasks need no ordering at all. ``n`` counts ops of one name within 
 execution of the node (a node retried by its RetryPolicy starts counting again, so it
 finds the ops its first execution stored).
 
-Per op, one statement, and one more for the run's first op (the rule, with its proof
-obligations, is in docs/durable-ops-without-restate.md, "Round trips and the fence"):
+Per new op, one statement (the rule, with its proof obligations, is in
+docs/durable-ops-without-restate.md, "Round trips and the fence"):
 
-1. A run's first op, and the first op of a task whose checkpoint the run did not create
-   (it loaded it: a retry, a resumed interrupt), sends ``lgd_journal_claim_v2``
+0. The run's admission (the saver's start of a graph run under ``run_config``) registers
+   the attempt in the journal inside the statement it sends anyway
+   (``lgd_journal_admit_v1``, migration 0021: the takeover a first claim would make) and
+   hands the session its fence check (``JOURNAL_ADMISSION``, :meth:`_Session.admitted`):
+   the run's first op runs on it, as in 2.
+1. The first op of a task whose checkpoint the run did not create (it loaded it: a
+   retry, a resumed interrupt), and a run's first op without an admission, sends
+   ``lgd_journal_claim_v2``
    (migration 0013): the claim of ``lgd_journal_claim_v1`` (0012: returns the op's stored
    outcome or claims it for this attempt; raises ``LG430`` if the attempt lost the thread,
    and then ``fn`` never runs), plus every other op the task has in the journal. The
@@ -28,12 +34,12 @@ obligations, is in docs/durable-ops-without-restate.md, "Round trips and the fen
    returned; the same statement checks the fence - the attempt is not fenced off, its
    checkpoint not continued, nobody else holds the thread's lease - under the same row
    lock a claim takes. A new op that starts within ``claim_ahead`` seconds of that answer
-   runs on that check (*claim-ahead*) instead of a claim of its own, and its outcome is
-   inserted only while the fence still holds: the task's next op, or the first op of a
-   task of a checkpoint this run created after its first claim (the saver tells the
-   session which checkpoints it loads and writes: ``CHECKPOINT_EVENTS``). Anything else
-   (an op another attempt has claimed, a stale or failed check, the second of concurrent
-   ops) claims first, as in 1.
+   (or of the admission's) runs on that check (*claim-ahead*) instead of a claim of its
+   own, and its outcome is inserted only while the fence still holds: the task's next op,
+   or the first op of a task of a checkpoint this run created after its attempt was
+   registered (the saver tells the session which checkpoints it loads and writes:
+   ``CHECKPOINT_EVENTS``). Anything else (an op another attempt has claimed, a stale or
+   failed check, the second of concurrent ops) claims first, as in 1.
 
 An op in flight when its worker died has no outcome (a claim, or no row at all on
 claim-ahead): the retry takes it over or simply runs it again (at-least-once; ``idempotency_key()`` lets the op's API deduplicate).
@@ -72,6 +78,7 @@ from langgraph_deterministic.errors import (
 from ._context import _IDEMPOTENCY_KEY, IN_OP, make_idempotency_key
 
 if TYPE_CHECKING:
+    from langgraph_deterministic.checkpointer._ledger import HeldLease
     from langgraph_deterministic.checkpointer.saver import DeterministicSaver
 
 SQLSTATE_LOST = "LG430"
@@ -298,6 +305,18 @@ class _Session:
                         self._not_ours.add((thread, str(cid)))
             elif thread not in self._registered:
                 self._not_ours.add((thread, str(checkpoint_id)))
+
+    def admitted(self, saver: Any, held: HeldLease, asked: float) -> None:
+        """The saver admitted this attempt's graph run and registered the attempt in the
+        journal in the same statement (``JOURNAL_ADMISSION``, ``lgd_journal_admit_v1``): a
+        fence check, as a first claim's, that the first op of a task of a checkpoint the
+        run creates may start on (``asked``: when the admission was sent, so the fence is
+        no fresher than it looks)."""
+        if saver is not self._saver:  # maybe another database: its row is not ours to use
+            return
+        with self._lock:
+            self._registered.add(held.thread_id)
+            self._fences[held.thread_id] = _Fence(held.fence_at, asked)
 
     def _new_fence(self, ref: OpRef, view: _TaskView, at: Any) -> None:
         fence = _Fence(at, time.monotonic())

@@ -248,14 +248,18 @@ class DeterministicRunner:
         # The saver hands this attempt token to the graph run (instead of minting one), so
         # the journal's fencing and the checkpoints' fencing name the same attempt.
         cfg["configurable"] = {**(cfg.get("configurable") or {}), ATTEMPT_KEY: attempt}
-        from langgraph_deterministic.checkpointer.saver import CHECKPOINT_EVENTS
+        from langgraph_deterministic.checkpointer.saver import CHECKPOINT_EVENTS, JOURNAL_ADMISSION
 
         token = _KEYED.set(session)
-        # The session learns which checkpoints its attempt writes (claim-ahead, _postgres).
+        # The session learns which checkpoints its attempt writes (claim-ahead, _postgres),
+        # and the run's admission registers its attempt in the journal.
         listening = CHECKPOINT_EVENTS.set(getattr(session, "checkpoint_event", None))
+        admitted = getattr(session, "admitted", None)
+        admitting = JOURNAL_ADMISSION.set(None if admitted is None else (attempt, admitted))
         try:
             yield cfg
         finally:
+            JOURNAL_ADMISSION.reset(admitting)
             CHECKPOINT_EVENTS.reset(listening)
             _KEYED.reset(token)
 

@@ -73,10 +73,44 @@ JOIN checkpoint_writes w
  AND w.channel = '__pregel_tasks'
 GROUP BY w.thread_id, w.checkpoint_ns, w.checkpoint_id
 
--- name: upsert_blob
+-- name: insert_blobs
+-- A checkpoint's blobs in one statement (a statement costs ~30 us of server time and more
+-- on the client, prepared or not). {rows} is blob_row once per blob, its parameters
+-- suffixed _0, _1, ... (_core._rows_sql); at most _core.ROWS_MAX rows, so only a few
+-- fixed shapes are ever prepared.
 INSERT INTO checkpoint_blobs (thread_id, checkpoint_ns, channel, version, type, blob)
-VALUES (%(thread_id)s, %(checkpoint_ns)s, %(channel)s, %(version)s, %(type)s, %(blob)s)
+SELECT %(thread_id)s, %(checkpoint_ns)s, b.channel, b.version, b.type, b.blob
+FROM (VALUES {rows}) AS b (channel, version, type, blob)
 ON CONFLICT (thread_id, checkpoint_ns, channel, version) DO NOTHING
+
+-- name: blob_row
+(%(channel)s::text, %(version)s::text, %(type)s::text, %(blob)s::bytea)
+
+-- name: put_with
+-- A checkpoint write ({put}: upsert_checkpoint or guarded_put_checkpoint) and what rides
+-- in its statement ({ctes}: blobs_cte, writes_cte): one statement instead of several.
+WITH {ctes}
+{put}
+
+-- name: blobs_cte
+-- The checkpoint's blobs. A CTE nobody reads runs to completion after the main statement;
+-- a refusal of the guard aborts both.
+blobs AS (
+{insert_blobs}
+)
+
+-- name: writes_cte
+-- The pending writes of the checkpoint's parent (guarded_writes, its parameters prefixed
+-- w_): the superstep this checkpoint ends. The put reads this CTE (written_after), so it
+-- runs first, as when the writes were a statement of their own before the put: a fence
+-- refusal (LG410, LG412) comes before the put's own checks.
+writes AS (
+{guarded_writes}
+RETURNING 1
+)
+
+-- name: written_after
+FROM (SELECT count(*) FROM writes) AS written
 
 -- name: upsert_checkpoint
 INSERT INTO checkpoints
@@ -96,12 +130,19 @@ VALUES (%(thread_id)s, %(checkpoint_ns)s, %(checkpoint_id)s, %(task_id)s, %(task
 ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id, task_id, idx)
 DO UPDATE SET channel = EXCLUDED.channel, type = EXCLUDED.type, blob = EXCLUDED.blob
 
--- name: insert_write
+-- name: insert_writes
+-- Regular (first-writer-wins) pending writes of one checkpoint in one statement: {rows}
+-- is write_row once per write (as insert_blobs).
 INSERT INTO checkpoint_writes
     (thread_id, checkpoint_ns, checkpoint_id, task_id, task_path, idx, channel, type, blob)
-VALUES (%(thread_id)s, %(checkpoint_ns)s, %(checkpoint_id)s, %(task_id)s, %(task_path)s,
-        %(idx)s, %(channel)s, %(type)s, %(blob)s)
+SELECT %(thread_id)s, %(checkpoint_ns)s, %(checkpoint_id)s, w.task_id, w.task_path, w.idx,
+       w.channel, w.type, w.blob
+FROM (VALUES {rows}) AS w (task_id, task_path, idx, channel, type, blob)
 ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id, task_id, idx) DO NOTHING
+
+-- name: write_row
+(%(task_id)s::text, %(task_path)s::text, %(idx)s::integer, %(channel)s::text,
+ %(type)s::text, %(blob)s::bytea)
 
 -- name: delete_thread
 WITH c AS (DELETE FROM checkpoints WHERE thread_id = %(thread_id)s),
@@ -425,6 +466,16 @@ LEFT JOIN lgd_runs r
 SELECT * FROM lgd_admit_v3(%(thread_id)s, %(run_id)s, %(attempt)s, %(strategy)s, %(ttl)s,
                            %(ticket)s::bigint)
 
+-- name: journal_admit
+-- The admission of a graph run PostgresJournal drives (migration 0021): lgd_admit_v3, and
+-- the attempt registered in the journal; fence_at: the fence check its first op may use.
+SELECT * FROM lgd_journal_admit_v1(%(thread_id)s, %(run_id)s, %(attempt)s, %(strategy)s,
+                                   %(ttl)s, %(ticket)s::bigint)
+
+-- name: journal_unadmit
+-- With unadmit, for a refused journaled admission: its registration undone.
+SELECT lgd_journal_unadmit_v1(%(thread_id)s, %(attempt)s)
+
 -- name: unadmit
 SELECT lgd_unadmit_v3(%(thread_id)s, %(attempt)s, %(run_id)s::text, %(holder_attempt)s::text,
                       %(expires_at)s::timestamptz, %(ended)s::text, %(strategy)s::text,
@@ -432,6 +483,16 @@ SELECT lgd_unadmit_v3(%(thread_id)s, %(attempt)s, %(run_id)s::text, %(holder_att
 
 -- name: release_lease
 SELECT lgd_release_v3(%(thread_id)s, %(attempt)s, %(ended)s)
+
+-- name: release_lease_lazy
+-- The release alone in its transaction (no pending writes ride with it: the usual case),
+-- committed without waiting for the WAL flush: the caller gets the commit one flush sooner
+-- and every session sees the lease ended at once. Only its durability waits (for the WAL
+-- writer, or the next commit that flushes, at most ~3 x wal_writer_delay): lost to a server
+-- crash, the lease is as a crashed worker's, it expires. Everything the run wrote before
+-- was committed durably by then.
+SELECT lgd_release_v3(%(thread_id)s, %(attempt)s, %(ended)s),
+       set_config('synchronous_commit', 'off', true)
 
 -- name: renew_leases
 -- The heartbeat of the graph runs in flight in one process (one statement for all).
@@ -495,7 +556,8 @@ ON CONFLICT (thread_id, checkpoint_ns, parent_checkpoint_id) DO NOTHING
 -- has continued the checkpoint; and by lgd_refuse_v6, called only then, while another run
 -- holds a live lease on the thread. Both are index probes inside this one statement.
 -- replace: upsert_write's conflict rule (special writes replace the task's previous one),
--- else insert_write's (first writer wins: the update's WHERE is false).
+-- else insert_writes' (first writer wins: the update's WHERE is false). Special writes
+-- only: regular ones go as guarded_writes.
 INSERT INTO checkpoint_writes
     (thread_id, checkpoint_ns, checkpoint_id, task_id, task_path, idx, channel, type, blob)
 SELECT %(thread_id)s, %(checkpoint_ns)s, %(checkpoint_id)s, %(task_id)s, %(task_path)s,
@@ -516,6 +578,31 @@ WHERE NOT EXISTS (
 ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id, task_id, idx)
 DO UPDATE SET channel = EXCLUDED.channel, type = EXCLUDED.type, blob = EXCLUDED.blob
 WHERE %(replace)s
+
+-- name: guarded_writes
+-- Regular pending writes of one checkpoint, fenced as guarded_write, in one statement
+-- ({rows}: write_row once per write, as insert_blobs). The fence and the lease check do
+-- not depend on the row: the planner runs each once per statement (a one-time filter).
+-- First writer wins (DO NOTHING: a DO UPDATE could not touch a row twice in one statement).
+INSERT INTO checkpoint_writes
+    (thread_id, checkpoint_ns, checkpoint_id, task_id, task_path, idx, channel, type, blob)
+SELECT %(thread_id)s, %(checkpoint_ns)s, %(checkpoint_id)s, w.task_id, w.task_path, w.idx,
+       w.channel, w.type, w.blob
+FROM (VALUES {rows}) AS w (task_id, task_path, idx, channel, type, blob)
+WHERE NOT EXISTS (
+    SELECT 1 FROM lgd_chain ch
+    WHERE ch.thread_id = %(thread_id)s AND ch.checkpoint_ns = %(checkpoint_ns)s
+      AND ch.parent_checkpoint_id = %(slot)s
+      AND lgd_fence_writes_v6(ch.checkpoint_id, ch.run_id, ch.attempt, %(attempt)s::text,
+                              %(checkpoint_id)s, %(checkpoint_ns)s)
+) AND NOT EXISTS (
+    SELECT 1 FROM lgd_leases l
+    WHERE l.thread_id = %(thread_id)s AND l.ended IS NULL AND l.expires_at > now()
+      AND l.run_id IS DISTINCT FROM %(run_id)s::text
+      AND lgd_refuse_v6('LG413', 'lgd: thread leased by another run',
+                        format('run %%s holds thread %%s (%%s)', l.run_id, l.thread_id, l.outcome))
+)
+ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id, task_id, idx) DO NOTHING
 
 -- name: child_of_run
 -- put_batch's at-most-once check: the root checkpoint a run wrote on top of the one it

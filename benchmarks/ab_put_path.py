@@ -1,0 +1,215 @@
+"""A/B of the saver's write path against an earlier commit's, in one process.
+
+The put path of DeterministicSaver is the sans-I/O ``_core.put`` / ``_core.put_writes``
+(and the release, ``_core.release_lease``) and the SQL they send. This loads them from git
+revision ``--base`` (its ``_core.py`` and ``sql/queries.sql``; the plpgsql functions they
+call are installed, since migrations only ever add names) and runs whole sync graph runs
+of bench_saver's graph (policy ``require``, ``run_config``), each variant on its own
+connection (its own backend, LangGraph's connection settings), alternating rep by rep.
+Printed per variant, per run: client CPU (this process), server CPU (the variant's
+backend, ``/proc/PID/schedstat``), wall time, the server's WAL fsyncs (``pg_stat_wal``,
+Postgres 14+), and from a libpq trace of one run: round trips, statements, Parse
+messages and KB sent; paired differences to the base by rep.
+Needs the base's ``put``/``put_writes`` to take the same arguments as the working tree's
+(true since the sans-I/O core, 2026-11).
+
+Run: ``python benchmarks/ab_put_path.py --base main [--runs 10] [--reps 8]``
+(``--database-url``, else an embedded Postgres as bench_graph.py uses).
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import subprocess
+import sys
+import time
+import types
+from collections import defaultdict
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+if __package__ in (None, ""):
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    _src = Path(__file__).resolve().parents[1] / "src"
+    if _src.is_dir():
+        sys.path.insert(1, str(_src))
+    import bench_saver as b
+    from cost_breakdown import trace_counts
+    from harness import process_cpu_s
+else:
+    from . import bench_saver as b
+    from .cost_breakdown import trace_counts
+    from .harness import process_cpu_s
+
+import psycopg
+
+from devtools.postgres import ensure_database_url
+from langgraph_deterministic import DeterministicSaver
+from langgraph_deterministic.checkpointer import _core, _queries
+from langgraph_deterministic.checkpointer._batch import writes_first
+
+ROOT = Path(__file__).resolve().parents[1]
+PKG = "src/langgraph_deterministic/checkpointer"
+
+
+def base_core(rev: str) -> types.ModuleType:
+    """``_core`` as of ``rev``, reading ``rev``'s queries.sql."""
+
+    def show(path: str) -> str:
+        return subprocess.run(
+            ["git", "show", f"{rev}:{PKG}/{path}"], cwd=ROOT, check=True,
+            capture_output=True, text=True,
+        ).stdout  # fmt: skip
+
+    blocks = _queries.named_blocks(show("sql/queries.sql"))
+    module = types.ModuleType(f"{_core.__name__}_base")
+    module.__dict__["__package__"] = _core.__package__
+    exec(compile(show("_core.py"), f"{rev}:_core.py", "exec"), module.__dict__)
+    module.__dict__["queries"] = lambda: blocks
+    return module
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--base", default="main", help="git revision to compare with")
+    parser.add_argument("--runs", type=int, default=10, help="graph runs per sample")
+    parser.add_argument("--reps", type=int, default=8, help="alternating samples per variant")
+    parser.add_argument("--database-url", default=None)
+    parser.add_argument("--buffer-writes", type=float, default=0.05,
+                        help="DeterministicSaver(buffer_writes=...): raise it under valgrind")
+    parser.add_argument("--eager-release", action="store_true",
+                        help="also this tree with a release that waits for the WAL flush")
+    parser.add_argument("--unfolded", action="store_true",
+                        help="also this tree with the pending writes as statements of their own")
+    args = parser.parse_args(argv)
+    server = None
+    url = args.database_url
+    if url is None:
+        url, server = ensure_database_url()
+    base = base_core(args.base)
+
+    def base_put(*put_args: Any, pending: Sequence[Any] = ()) -> Any:
+        # a base without put(pending=...): the writes go first, as statements of their own
+        op = base.put(*put_args)
+        return writes_first(op, pending) if pending else op
+
+    def base_release(held: Any, ended: str, *, lazy: bool = False) -> Any:
+        return base.release_lease(held, ended)  # a base without lazy releases
+
+    here = {"put": _core.put, "put_writes": _core.put_writes, "release_lease": _core.release_lease}
+    put_here = _core.put
+
+    def unfolded_put(*put_args: Any, pending: Sequence[Any] = ()) -> Any:
+        op = put_here(*put_args)
+        return writes_first(op, pending) if pending else op
+
+    variants: dict[str, dict[str, Callable[..., Any]]] = {
+        f"base {args.base}": {
+            "put": base_put,
+            "put_writes": base.put_writes,
+            "release_lease": base_release,
+        },
+        "this tree": here,
+    }
+    if args.unfolded:
+        variants["unfolded"] = {**here, "put": unfolded_put}
+    if args.eager_release:
+        release_here = _core.release_lease
+
+        def eager_release(held: Any, ended: str, *, lazy: bool = False) -> Any:
+            return release_here(held, ended)  # every release waits for the WAL flush
+
+        variants["eager release"] = {**here, "release_lease": eager_release}
+    try:
+        with DeterministicSaver(url) as first:  # migrations, outside the measured backends
+            first.setup()
+        conns, graphs, pids = {}, {}, {}
+        for name in variants:
+            conn = psycopg.connect(url, **b.PEER_POOL_KWARGS)  # LangGraph's settings
+            saver = DeterministicSaver(conn, buffer_writes=args.buffer_writes)
+            saver.setup()
+            conns[name], pids[name] = conn, conn.info.backend_pid
+            graphs[name] = b.build_graph(False).compile(checkpointer=saver)
+        with psycopg.connect(url) as c:
+            version = c.execute("SHOW server_version").fetchone()
+        print(f"# backend pids: {pids}")
+        print(f"# Postgres {version[0] if version else '?'}; {args.reps} alternating reps "
+              f"x {args.runs} sync graph runs per variant")  # fmt: skip
+
+        def use(name: str) -> None:
+            for attr, fn in variants[name].items():
+                setattr(_core, attr, fn)
+
+        def runs(name: str, n: int) -> Callable[[], None]:
+            configs = [b.graph_config("ours") for _ in range(n)]
+
+            def go() -> None:
+                for config in configs:
+                    graphs[name].invoke(b.graph_input(), config, durability="sync")
+
+            return go
+
+        counts = {}
+        for name in variants:
+            use(name)
+            runs(name, 3)()  # warm up: plpgsql compiled, statements prepared
+            counts[name] = trace_counts(conns[name], runs(name, 1))
+        samples: dict[str, list[tuple[float, float, float]]] = defaultdict(list)
+        syncs: dict[str, list[float]] = defaultdict(list)
+        admin = psycopg.connect(url, autocommit=True)
+
+        def wal_syncs() -> int:  # WAL fsyncs of the whole server (the walwriter's too)
+            row = admin.execute("SELECT wal_sync FROM pg_stat_wal").fetchone()
+            return int(row[0]) if row else 0
+
+        for rep in range(args.reps):
+            order = list(variants) if rep % 2 == 0 else list(reversed(variants))
+            for name in order:
+                use(name)
+                go = runs(name, args.runs)
+                w0 = wal_syncs()
+                s0, c0 = process_cpu_s([pids[name]]), time.process_time()
+                t0 = time.perf_counter()
+                go()
+                t1, c1, s1 = time.perf_counter(), time.process_time(), process_cpu_s([pids[name]])
+                syncs[name].append((wal_syncs() - w0) / args.runs)
+                assert s0 is not None and s1 is not None, "server CPU needs a local server"
+                per = 1e3 / args.runs
+                samples[name].append(((c1 - c0) * per, (s1 - s0) * per, (t1 - t0) * per))
+        for attr, fn in here.items():
+            setattr(_core, attr, fn)
+        print(f"{'variant':<16} {'client ms':>10} {'server ms':>10} {'srv spread':>12} "
+              f"{'rt':>4} {'stmts':>6} {'parse':>6} {'KB out':>7} {'wall ms':>8} "
+              f"{'fsyncs':>6}")  # fmt: skip
+        first = None
+        for name in variants:
+            cli = statistics.median(x[0] for x in samples[name])
+            srvs = sorted(x[1] for x in samples[name])
+            srv = statistics.median(srvs)
+            wall = statistics.median(x[2] for x in samples[name])
+            k = counts[name]
+            print(f"{name:<16} {cli:>10.2f} {srv:>10.2f} {srvs[0]:>5.2f}-{srvs[-1]:<6.2f} "
+                  f"{k['rt']:>4.0f} {k['stmts']:>6.0f} {k['parse']:>6.0f} {k['kb_out']:>7.1f} "
+                  f"{wall:>8.2f} {statistics.median(syncs[name]):>6.1f}")  # fmt: skip
+            if first is None:
+                first = name
+            else:  # paired by rep: the two samples of a rep ran back to back
+                pairs = list(zip(samples[name], samples[first], strict=True))
+                d_cli = statistics.median(a[0] - b_[0] for a, b_ in pairs)
+                d_wall = statistics.median(a[2] - b_[2] for a, b_ in pairs)
+                d_srv = sorted(a[1] - b_[1] for a, b_ in pairs)
+                print(f"{'  paired diff':<16} {d_cli:>+10.2f} {statistics.median(d_srv):>+10.2f} "
+                      f"{d_srv[len(d_srv) // 4]:>+5.2f}..{d_srv[(3 * len(d_srv)) // 4]:<+6.2f}"
+                      f" (median, quartiles); wall {d_wall:+.2f}")  # fmt: skip
+        for conn in [*conns.values(), admin]:
+            conn.close()
+    finally:
+        if server is not None:
+            server.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
