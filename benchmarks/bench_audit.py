@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import queue
 import resource
@@ -293,6 +294,35 @@ def _interval(on: list[list[float]], off: list[list[float]], n: int = 300) -> tu
     return ratios[int(0.05 * n)], ratios[int(0.95 * n) - 1]
 
 
+def _by_round(rounds: list[tuple[list[list[float]], list[list[float]]]]) -> float:
+    """The geometric mean of the rounds' own p99 ratios: each round compares windows that
+    shared its load, and a quiet round counts as much as a loaded one (pooled, the
+    loaded rounds' long tails hide what the audit does on a quiet machine)."""
+    logs = [math.log(_ratio(on, off)) for on, off in rounds]
+    return math.exp(sum(logs) / len(logs))
+
+
+def _by_round_interval(rounds: list[tuple[list[list[float]], list[list[float]]]], n: int = 300) -> tuple[float, float]:
+    """A 90% bootstrap interval of :func:`_by_round`, resampling whole windows within each round."""
+    import random
+
+    rng = random.Random(2)
+    ratios = sorted(
+        _by_round([([rng.choice(on) for _ in on], [rng.choice(off) for _ in off]) for on, off in rounds])
+        for _ in range(n)
+    )
+    return ratios[int(0.05 * n)], ratios[int(0.95 * n) - 1]
+
+
+def _set_autogroup_nice(pids: list[int], nice: int) -> None:
+    """Give the sessions of ``pids`` (this bench's, the embedded server's) the scheduler
+    weight of ``nice`` (Linux autogroups: each session shares the CPU as one). On a machine
+    shared with other work this approximates a quiet one; the audit and the writers get
+    the same (their clients are in this session, their backends in the server's)."""
+    for pid in pids:
+        Path(f"/proc/{pid}/autogroup").write_text(str(nice))
+
+
 def _load() -> str:
     return "/".join(f"{x:.1f}" for x in os.getloadavg())
 
@@ -313,6 +343,9 @@ def main() -> int:
                         help="another arm: this checkout's audit at this duty (repeatable)")
     parser.add_argument("--compare", type=Path, help="another arm: the audit of another checkout's src/ directory")
     parser.add_argument("--json", type=Path, help="write the figures here")
+    parser.add_argument("--autogroup-nice", type=int, default=None,
+                        help="Linux: run this bench's and the embedded server's sessions at this "
+                             "autogroup nice (e.g. -10 as root on a machine shared with other work)")
     args = parser.parse_args()
 
     server = None
@@ -323,6 +356,14 @@ def main() -> int:
         url = server.dsn
     try:
         dsn, expected = database(url, args.threads, args.planted)
+        if args.autogroup_nice is not None:
+            if server is None:
+                parser.error("--autogroup-nice needs the embedded server (no DATABASE_URL)")
+            with psycopg.connect(dsn, autocommit=True) as conn:
+                (backend,) = conn.execute("SELECT pg_backend_pid()").fetchone()  # type: ignore[misc]
+            postmaster = int(Path(f"/proc/{backend}/stat").read_text().rsplit(")", 1)[1].split()[1])
+            _set_autogroup_nice([os.getpid(), postmaster], args.autogroup_nice)
+            print(f"autogroup nice {args.autogroup_nice} for this bench and the server (pid {postmaster})")
         with psycopg.connect(dsn, autocommit=True) as conn:
             for table in ("checkpoint_writes", "checkpoint_blobs", "checkpoints"):
                 conn.execute(f"DELETE FROM {table} WHERE thread_id LIKE 'writer-%%'")  # last run's
@@ -375,9 +416,11 @@ def main() -> int:
         arms = [main_arm] + [(f"this checkout, duty {d:g}", d, None) for d in args.also_duty]
         if args.compare:
             arms.append((f"{args.compare}", None, str(args.compare)))
-        # the arms take turns, round after round: each sees the same drift in load
-        plan: list[tuple[str, float | None, str | None] | None] = [None] if args.null_seconds > 0 else []
-        plan += [arm for _ in range(args.rounds) for arm in arms]
+        # the arms take turns, round after round: each sees the same drift in load; a null
+        # round (an idle process stopped and resumed the same way) takes its turn too, so
+        # the noise floor is measured under the same drift, with the same statistics
+        turn: list[tuple[str, float | None, str | None] | None] = [None] if args.null_seconds > 0 else []
+        plan = [arm for _ in range(args.rounds) for arm in turn + arms]
         rounds = []
         for arm in plan:
             refresh_active(dsn, args.threads, args.planted)
@@ -387,7 +430,10 @@ def main() -> int:
         samples = writers.stop()
         sampler.close()
 
-        pooled: dict[str, dict[str, list[list[float]]]] = {arm[0]: {"on": [], "off": []} for arm in arms}
+        null_name = "null round (idle process)"
+        names = ([null_name] if args.null_seconds > 0 else []) + [arm[0] for arm in arms]
+        pooled: dict[str, dict[str, list[list[float]]]] = {name: {"on": [], "off": []} for name in names}
+        per_round: dict[str, list[tuple[list[list[float]], list[list[float]]]]] = {name: [] for name in names}
         bad = 0
         print(f"beside {args.writers} writers (one put every {args.interval:g} ms each), windows of {args.window:g} s:")
         for arm, windows, during, usage, server_cpu, load_before, load_after in rounds:
@@ -395,13 +441,15 @@ def main() -> int:
             on_s = sum(e - s for n, s, e in windows if n == "on")
             ratio = _ratio(phases["on"], phases["off"])
             p99 = {k: pct([x for w in v for x in w], 0.99) for k, v in phases.items()}
+            name = null_name if arm is None else arm[0]
+            pooled[name]["on"] += phases["on"]
+            pooled[name]["off"] += phases["off"]
+            per_round[name].append((phases["on"], phases["off"]))
             if arm is None:
-                label = "null round (idle process)"
+                label = null_name
                 detail = ""
-                figures["null_ratio"] = ratio
+                figures.setdefault("null_ratios", []).append(ratio)
             else:
-                pooled[arm[0]]["on"] += phases["on"]
-                pooled[arm[0]]["off"] += phases["off"]
                 _, missed2, false2 = check(during, expected)
                 if arm is main_arm:
                     bad += missed2 + false2
@@ -422,14 +470,21 @@ def main() -> int:
             off_v = [x for w in phases["off"] for x in w]
             r = _ratio(phases["on"], phases["off"])
             low, high = _interval(phases["on"], phases["off"])
+            g = _by_round(per_round[name])
+            g_low, g_high = _by_round_interval(per_round[name])
             figures["arms"][name] = {"ratio": r, "interval": [low, high], "p99_off": pct(off_v, 0.99),
-                                     "p99_on": pct(on_v, 0.99), "puts": [len(off_v), len(on_v)]}
+                                     "p99_on": pct(on_v, 0.99), "puts": [len(off_v), len(on_v)],
+                                     "by_round": g, "by_round_interval": [g_low, g_high],
+                                     "round_ratios": [_ratio(on, off) for on, off in per_round[name]]}
             print(f"{name}: {args.rounds} rounds pooled, writers' p99 off {pct(off_v, 0.99):.2f} ms "
                   f"({len(off_v)} puts, p50 {pct(off_v, 0.5):.2f}) / on {pct(on_v, 0.99):.2f} ms ({len(on_v)} puts, "
-                  f"p50 {pct(on_v, 0.5):.2f}) = {r:.2f} (90% interval over windows {low:.2f}-{high:.2f})")
-        ratio = figures["arms"][main_arm[0]]["ratio"]
+                  f"p50 {pct(on_v, 0.5):.2f}) = {r:.2f} (90% interval over windows {low:.2f}-{high:.2f}); "
+                  f"geometric mean of the rounds' ratios {g:.2f} ({g_low:.2f}-{g_high:.2f})")
+        main_fig = figures["arms"][main_arm[0]]
         ok = missed == false == bad == 0 and report.seconds < 60
-        print("RESULT:", "ok" if ok and ratio < 1.2 else "NOT MET")
+        # both: pooled (every put counts) and by round (every round's load counts)
+        met = ok and main_fig["ratio"] < 1.2 and main_fig["by_round"] < 1.2
+        print("RESULT:", "ok" if met else "NOT MET")
         if args.json:
             args.json.write_text(json.dumps(figures, indent=2))
         if args.drop:

@@ -45,6 +45,19 @@ def test_automatic_pace_runs_full_speed_when_quiet_and_halves_the_duty_when_busy
     assert Pacer(duty=0.25).wait_after(0.1, busy, 2.0) == pytest.approx(0.3)
 
 
+def test_the_pace_says_when_to_assume_live_workers() -> None:
+    busy = int(AUTO_BUSY_WAL_BYTES_PER_S * 2) + 1
+    pacer = Pacer()
+    assert pacer.live  # before the first range: careful
+    pacer.wait_after(0.1, 0, 2.0)
+    assert not pacer.live
+    pacer.wait_after(0.1, busy, 2.0)
+    assert pacer.live
+    pacer.wait_after(0.1, None, 2.0)  # WAL unreadable
+    assert pacer.live
+    assert Pacer(0.3).live and not Pacer(0.0).live  # a fixed pause: live unless full speed
+
+
 def test_ranges_are_sized_towards_a_short_statement() -> None:
     t = RANGE_TARGET_S
     assert _next_rows(4000, t, 20_000) == 4000  # on target: kept
@@ -151,3 +164,75 @@ def test_cli_duty_option(planted: tuple[str, dict[str, frozenset[str]]]) -> None
     assert main(["audit", "--dsn", dsn, "--duty", "1"]) == 1
     for bad in ("0", "1.5", "half"):
         assert main(["audit", "--dsn", dsn, "--duty", bad]) == 2
+
+
+def _record_overlap(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, str, bool]]:
+    """Wraps the scanner: one (step, thread name, other step in progress) per fetch and
+    analysis of a range."""
+    events: list[tuple[str, str, bool]] = []
+    busy = {"fetch": 0, "analyse": 0}
+    lock = threading.Lock()
+
+    def wrap(step: str, other: str) -> None:
+        original = getattr(audit_module._Scanner, step)
+
+        def wrapped(self: object, *args: object) -> object:
+            with lock:
+                busy[step] += 1
+                events.append((step, threading.current_thread().name, busy[other] > 0))
+            try:
+                return original(self, *args)
+            finally:
+                with lock:
+                    busy[step] -= 1
+                    if busy[other]:  # the other step started meanwhile
+                        events.append((step, threading.current_thread().name, True))
+
+        monkeypatch.setattr(audit_module._Scanner, step, wrapped)
+
+    wrap("fetch", "analyse")
+    wrap("analyse", "fetch")
+    return events
+
+
+def _fake_wal(monkeypatch: pytest.MonkeyPatch, *, live: bool) -> None:
+    """The WAL as live workers would move it (far past the busy threshold), or still."""
+    position = [0]
+
+    def wal(_conn: object) -> int:
+        position[0] += 10**9 if live else 0
+        return position[0]
+
+    monkeypatch.setattr(audit_module, "_wal_position", wal)
+
+
+def test_beside_live_workers_the_audit_takes_one_core_at_a_time(
+    planted: tuple[str, dict[str, frozenset[str]]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    dsn, expected = planted
+    monkeypatch.setattr(audit_module, "_clock", lambda: 0.0)  # no waits: a fast test
+    _fake_wal(monkeypatch, live=True)
+    events = _record_overlap(monkeypatch)
+    report = audit(dsn, batch_rows=100)
+    assert _found(report) == {t: set(e) for t, e in expected.items() if e}
+    analyses = [e for e in events if e[0] == "analyse"]
+    assert len(analyses) >= 3  # several ranges
+    # each range's analysis ran in the audit's own thread, never beside a statement
+    assert all(name == threading.current_thread().name for _, name, _ in analyses)
+    assert not any(overlapped for _, _, overlapped in events)
+
+
+@pytest.mark.parametrize("pace", ["quiet", "pause 0"])
+def test_alone_the_analysis_overlaps_the_next_statement(
+    pace: str, planted: tuple[str, dict[str, frozenset[str]]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    dsn, expected = planted
+    _fake_wal(monkeypatch, live=False)
+    events = _record_overlap(monkeypatch)
+    report = audit(dsn, batch_rows=100, pause=0.0 if pace == "pause 0" else None)
+    assert _found(report) == {t: set(e) for t, e in expected.items() if e}
+    analyses = [name for step, name, _ in events if step == "analyse"]
+    # the first range is analysed in the audit's thread (before the pace knows the
+    # database is quiet); after it, in the decode thread, while Postgres scans the next
+    assert len(analyses) >= 3
+    assert all(n.startswith("lgd-audit-decode") for n in analyses[1:])

@@ -9,7 +9,8 @@ for long and takes no lock a live worker could wait for.
 Everything is decided in SQL from the checkpoints' JSON metadata, except two things that
 need LangGraph's serde: the head's messages (decoded only when the blob holds a tool call)
 and the inputs of the rare input checkpoints applied on an unfinished step. Decoding runs
-in a second thread while Postgres scans the next range.
+in a second thread while Postgres scans the next range, except beside live workers: there
+it runs after each range's statement, so the audit keeps at most one core busy.
 
 Fault classes (:data:`FAULTS`); all but ``no_run_id`` count as damage:
 
@@ -363,7 +364,10 @@ class _Scanner:
             "lo": lo, "hi": hi, "only": self.only, "since": self.since,
             "messages": self.channel, "tool_call": TOOL_CALL_MARK,
         }  # fmt: skip
-        rows = self.conn.execute(queries("audit")["scan_batch"], params).fetchall()
+        # binary: the heads' message blobs come as bytes, not hex text (encoding and
+        # decoding the hex cost the server 6% of its CPU and us ~0.5 s per 2M checkpoints)
+        with self.conn.cursor(binary=True) as cur:
+            rows = cur.execute(queries("audit")["scan_batch"], params).fetchall()
         running: dict[str, list[str]] = {}
         if self.ledger:
             for thread_id, runs in self.conn.execute(
@@ -475,6 +479,7 @@ class Pacer:
     wait while the database is quiet (an audit alone runs at full speed), and, while live
     workers write to it (the server's WAL grows), a wait that keeps the scan's share of
     the time at ``duty``. When the WAL cannot be read, it assumes live workers.
+    :attr:`live` says whether the audit should assume live workers for the next range.
     """
 
     def __init__(
@@ -493,6 +498,8 @@ class Pacer:
         self.busy_wal_bytes_per_s = busy_wal_bytes_per_s
         self.busy_ranges = 0
         self.waited = 0.0
+        # live workers seen after the last range (before the first: assumed, to be careful)
+        self.live = pause is None or pause > 0
 
     @property
     def automatic(self) -> bool:
@@ -506,6 +513,7 @@ class Pacer:
         else:
             busy = wal_bytes is None or wal_bytes >= self.busy_wal_bytes_per_s * max(interval, 1e-3)
             self.busy_ranges += busy
+            self.live = busy
             wait = took * (1 - self.duty) / self.duty if busy else 0.0
         self.waited += wait
         return wait
@@ -569,9 +577,9 @@ def audit(
         pool = ThreadPoolExecutor(1, thread_name_prefix="lgd-audit-decode")
         pending: Future[tuple[list[Finding], list[HeadState], int, float]] | None = None
 
-        def collect(fut: Future[tuple[list[Finding], list[HeadState], int, float]]) -> float:
+        def collect(analysed: tuple[list[Finding], list[HeadState], int, float]) -> float:
             nonlocal done
-            found, heads, n, cpu = fut.result()
+            found, heads, n, cpu = analysed
             report.findings.extend(found)
             for h in heads:
                 report.heads[h.thread_id] = h
@@ -604,8 +612,15 @@ def audit(
                     continue
                 took = sql = _clock() - range_started  # the server's share of the range
                 if pending is not None:
-                    took += collect(pending)  # and ours: the previous range's analysis
-                pending = pool.submit(scanner.analyse, *fetched)
+                    took += collect(pending.result())  # and ours: the last range's analysis
+                    pending = None
+                if pacer.live:
+                    # beside live workers the audit takes one core at a time: its backend's
+                    # statement, then its own analysis, never both at once (on 2 cores the
+                    # overlap left the workers none; benchmarks/README.md#audit)
+                    took += collect(scanner.analyse(*fetched))
+                else:  # alone: decode this range while Postgres scans the next one
+                    pending = pool.submit(scanner.analyse, *fetched)
                 if hi is None:
                     break
                 lo, rows = hi, _next_rows(rows, sql, batch_rows)
@@ -620,7 +635,7 @@ def audit(
                 if wait:
                     stop.wait(wait)
             if pending is not None:
-                collect(pending)
+                collect(pending.result())
         except psycopg.OperationalError as exc:
             raise DatabaseUnavailableError(
                 f"the audit lost its connection: {str(exc).strip()}. Fix: check the server "
