@@ -81,8 +81,6 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="DeterministicSaver(buffer_writes=...): raise it under valgrind")
     parser.add_argument("--eager-release", action="store_true",
                         help="also this tree with a release that waits for the WAL flush")
-    parser.add_argument("--unfolded", action="store_true",
-                        help="also this tree with the pending writes as statements of their own")
     args = parser.parse_args(argv)
     server = None
     url = args.database_url
@@ -99,12 +97,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         return base.release_lease(held, ended)  # a base without lazy releases
 
     here = {"put": _core.put, "put_writes": _core.put_writes, "release_lease": _core.release_lease}
-    put_here = _core.put
-
-    def unfolded_put(*put_args: Any, pending: Sequence[Any] = ()) -> Any:
-        op = put_here(*put_args)
-        return writes_first(op, pending) if pending else op
-
     variants: dict[str, dict[str, Callable[..., Any]]] = {
         f"base {args.base}": {
             "put": base_put,
@@ -113,8 +105,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         },
         "this tree": here,
     }
-    if args.unfolded:
-        variants["unfolded"] = {**here, "put": unfolded_put}
     if args.eager_release:
         release_here = _core.release_lease
 

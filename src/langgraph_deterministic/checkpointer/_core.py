@@ -553,30 +553,22 @@ def put(
     guard = contract.guard_put(info, parent_id, checkpoint, source, parent)
     # With a guard: the upsert, the lease, the claim of the parent's child slot (fencing)
     # and the run ledger, in one statement (guarded_put_checkpoint). The blobs ride in it
-    # (put_with), and under a guard the parent's pending writes too; beyond ROWS_MAX rows
-    # each, the first ones go in statements of their own before it.
+    # (put_with; beyond ROWS_MAX, the first ones go in statements of their own before it).
+    # The superstep's pending writes go first, as statements of their own in the same
+    # transaction, so a fence refusal (LG410, LG412) comes before the put's own checks.
+    # (Folding them into the put's statement too was measured: no gain, more shapes.)
     name, params = (
         ("upsert_checkpoint", row) if guard is None else ("guarded_put_checkpoint", {**row, **guard})
     )
-    fence, writes, rest = _foldable(pending) if guard is not None else (None, [], list(pending))
-    statements = rest
-    write_chunks, blob_chunks = _chunks(writes), _chunks(blob_rows)
-    if fence is not None:
-        statements.extend(
-            Statement(_rows_sql("guarded_writes", "write_row", len(c)), _numbered(c, fence))
-            for c in write_chunks[:-1]
-        )
+    statements = list(pending)
+    blob_chunks = _chunks(blob_rows)
     shared = {"thread_id": thread_id, "checkpoint_ns": ns}
     statements.extend(
         Statement(_rows_sql("insert_blobs", "blob_row", len(c)), _numbered(c, shared))
         for c in blob_chunks[:-1]
     )
     blobs = blob_chunks[-1] if blob_chunks else []
-    folded = write_chunks[-1] if write_chunks else []
-    params = _numbered(blobs, params)
-    if folded and fence is not None:
-        params.update((f"w_{k}", v) for k, v in _numbered(folded, fence).items())
-    statements.append(Statement(_put_sql(name, len(blobs), len(folded)), params))
+    statements.append(Statement(_put_sql(name, len(blobs)), _numbered(blobs, params)))
     try:
         yield Batch.write(*statements)
     except Exception as exc:
@@ -605,57 +597,17 @@ def _rows_sql(block: str, row: str, n: int) -> str:
     parameters of the i-th copy suffixed ``_i`` (see :func:`_numbered`)."""
     template = queries()[row]
     values = ",\n".join(_PARAM.sub(rf"%(\1_{i})s", template) for i in range(n))
-    sql = queries()[block].replace("{rows}", values)
-    _SHAPES[sql] = (block, n)
-    return sql
-
-
-# (block, rows) of each statement _rows_sql made: what _foldable can take apart again
-_SHAPES: dict[str, tuple[str, int]] = {}
+    return queries()[block].replace("{rows}", values)
 
 
 @cache
-def _put_sql(put: str, blobs: int, writes: int) -> str:
-    """``put`` (a block) carrying ``blobs`` blob rows and ``writes`` fenced pending writes."""
+def _put_sql(put: str, blobs: int) -> str:
+    """``put`` (a block) carrying ``blobs`` blob rows in a CTE."""
     q = queries()
-    if not blobs and not writes:
+    if not blobs:
         return q[put]
-    ctes = []
-    if writes:
-        fenced = _PARAM.sub(r"%(w_\1)s", _rows_sql("guarded_writes", "write_row", writes))
-        ctes.append(q["writes_cte"].replace("{guarded_writes}", fenced))
-    if blobs:
-        ctes.append(q["blobs_cte"].replace("{insert_blobs}", _rows_sql("insert_blobs", "blob_row", blobs)))
-    main = q[put] + ("\n" + q["written_after"] if writes else "")
-    return q["put_with"].replace("{ctes}", ",\n".join(ctes)).replace("{put}", main)
-
-
-_FENCE = ("thread_id", "checkpoint_ns", "checkpoint_id", "slot", "attempt", "run_id")
-_WRITE_FIELDS = ("task_id", "task_path", "idx", "channel", "type", "blob")
-
-
-def _foldable(
-    pending: Sequence[Statement],
-) -> tuple[dict[str, Any] | None, list[dict[str, Any]], list[Statement]]:
-    """The fence and rows of the guarded_writes statements in ``pending`` that share one
-    fence (a superstep's writes: all of them), and the other statements."""
-    fence: dict[str, Any] | None = None
-    rows: list[dict[str, Any]] = []
-    rest: list[Statement] = []
-    for st in pending:
-        shape = _SHAPES.get(st.sql)
-        if shape is None or shape[0] != "guarded_writes" or not isinstance(st.params, Mapping):
-            rest.append(st)
-            continue
-        params = st.params
-        this = {k: params[k] for k in _FENCE}
-        if fence is None:
-            fence = this
-        elif this != fence:
-            rest.append(st)
-            continue
-        rows.extend({f: params[f"{f}_{i}"] for f in _WRITE_FIELDS} for i in range(shape[1]))
-    return fence, rows, rest
+    cte = q["blobs_cte"].replace("{insert_blobs}", _rows_sql("insert_blobs", "blob_row", blobs))
+    return q["put_with"].replace("{ctes}", cte).replace("{put}", q[put])
 
 
 def _numbered(rows: Sequence[Mapping[str, Any]], shared: Mapping[str, Any]) -> dict[str, Any]:

@@ -87,8 +87,8 @@ ON CONFLICT (thread_id, checkpoint_ns, channel, version) DO NOTHING
 (%(channel)s::text, %(version)s::text, %(type)s::text, %(blob)s::bytea)
 
 -- name: put_with
--- A checkpoint write ({put}: upsert_checkpoint or guarded_put_checkpoint) and what rides
--- in its statement ({ctes}: blobs_cte, writes_cte): one statement instead of several.
+-- A checkpoint write ({put}: upsert_checkpoint or guarded_put_checkpoint) with its blobs
+-- ({ctes}: blobs_cte) in one statement instead of several.
 WITH {ctes}
 {put}
 
@@ -98,19 +98,6 @@ WITH {ctes}
 blobs AS (
 {insert_blobs}
 )
-
--- name: writes_cte
--- The pending writes of the checkpoint's parent (guarded_writes, its parameters prefixed
--- w_): the superstep this checkpoint ends. The put reads this CTE (written_after), so it
--- runs first, as when the writes were a statement of their own before the put: a fence
--- refusal (LG410, LG412) comes before the put's own checks.
-writes AS (
-{guarded_writes}
-RETURNING 1
-)
-
--- name: written_after
-FROM (SELECT count(*) FROM writes) AS written
 
 -- name: upsert_checkpoint
 INSERT INTO checkpoints
