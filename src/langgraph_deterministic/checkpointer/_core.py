@@ -504,8 +504,8 @@ def put(
     pending: Sequence[Statement] = (),
 ) -> Operation[RunnableConfig]:
     """``pending``: statements of ``put_writes`` calls to send first in the same
-    transaction (the superstep's writes, see ``_writebuffer``); the fenced writes of the
-    parent among them ride in the checkpoint's own statement."""
+    transaction, after any read this put makes (the superstep's writes, see
+    ``_writebuffer``)."""
     thread_id, ns = _thread_ns(config)
     parent_id = config["configurable"].get("checkpoint_id")
     if contract is None:

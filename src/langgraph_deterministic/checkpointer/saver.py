@@ -767,22 +767,20 @@ class DeterministicSaver(BaseCheckpointSaver[str]):
         """The put, carrying the writes waiting for its parent; or, while a timed store
         of those is in flight, a waiter: wait for it and ask again (so the checkpoint is
         never durable before them)."""
-        op = _core.put(self._codec, config, checkpoint, metadata, new_versions, self.contract)
         configurable = config.get("configurable") or {}
         parent = configurable.get("checkpoint_id")
-        if self._writes is None or not parent or "thread_id" not in configurable:
-            return op, None
-        attempt = self._admitted_attempt(config, str(configurable["thread_id"]))
-        if attempt is None:
-            return op, None
-        waiting, waiter = self._writes.take(
-            attempt, (str(configurable.get("checkpoint_ns") or ""), str(parent)), seal=True
-        )
-        if waiting:  # in the put's transaction, the fenced writes in its very statement
-            op = _core.put(
-                self._codec, config, checkpoint, metadata, new_versions, self.contract,
-                pending=waiting,
-            )  # fmt: skip
+        waiting: list[Statement] = []
+        waiter: Waiter | None = None
+        if self._writes is not None and parent and "thread_id" in configurable:
+            attempt = self._admitted_attempt(config, str(configurable["thread_id"]))
+            if attempt is not None:
+                waiting, waiter = self._writes.take(
+                    attempt, (str(configurable.get("checkpoint_ns") or ""), str(parent)), seal=True
+                )
+        op = _core.put(
+            self._codec, config, checkpoint, metadata, new_versions, self.contract,
+            pending=waiting,
+        )  # fmt: skip
         return op, waiter
 
     def _admitted_attempt(self, config: RunnableConfig, thread_id: str) -> str | None:
@@ -813,13 +811,9 @@ class DeterministicSaver(BaseCheckpointSaver[str]):
         if (pending := self._pending_of(config)) is not None:
             self._run(pending)
         journal = JOURNAL_ADMISSION.get()
-        if journal is None:
-            found = self._run(_core.get_tuple(self._codec, config, self.contract))
-        else:
-            before, asked = _held(config), time.monotonic()
-            found = self._run(
-                _core.get_tuple(self._codec, config, self.contract, journal[0])
-            )
+        before, asked = (None, 0.0) if journal is None else (_held(config), time.monotonic())
+        attempt = None if journal is None else journal[0]
+        found = self._run(_core.get_tuple(self._codec, config, self.contract, attempt))
         self._leases.bind(config, is_async=False)
         _announce("load", config, _found_id(found))
         if journal is not None:
@@ -900,13 +894,9 @@ class DeterministicSaver(BaseCheckpointSaver[str]):
         if (pending := self._pending_of(config)) is not None:
             await self._arun(pending)
         journal = JOURNAL_ADMISSION.get()
-        if journal is None:
-            found = await self._arun(_core.get_tuple(self._codec, config, self.contract))
-        else:
-            before, asked = _held(config), time.monotonic()
-            found = await self._arun(
-                _core.get_tuple(self._codec, config, self.contract, journal[0])
-            )
+        before, asked = (None, 0.0) if journal is None else (_held(config), time.monotonic())
+        attempt = None if journal is None else journal[0]
+        found = await self._arun(_core.get_tuple(self._codec, config, self.contract, attempt))
         self._leases.bind(config, is_async=True)
         _announce("load", config, _found_id(found))
         if journal is not None:
