@@ -48,7 +48,7 @@ import platform
 import statistics
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -127,9 +127,18 @@ class Net:
     pools: list[Any]  # every distinct pool opened for this network
     pids: tuple[int, ...] = ()
     graphs: dict[tuple[str, bool], Any] = field(default_factory=dict)  # (side, sync) -> graph
+    proxy: delay_proxy.Proxy | None = None  # the delay proxy this path goes through
 
     def server_cpu(self) -> float | None:
         return process_cpu_s(self.pids)
+
+    def timer(self, side: str) -> Timer:
+        """A sample's timer: server CPU and the proxy's CPU on its path, for Postgres sides
+        (InMemorySaver uses neither)."""
+        return Timer(
+            self.server_cpu if side != "memory" else None,
+            self.proxy.cpu_s if self.proxy is not None and side != "memory" else None,
+        )
 
 
 def unix_socket(dsn: str) -> tuple[str | None, str | None, int]:
@@ -154,7 +163,14 @@ def ours_takes_langgraph_settings(dsn: str, policy: str) -> str | None:
     return None
 
 
-async def open_net(name: str, dsn: str, size: int, policy: str, shared: bool) -> Net:
+async def open_net(
+    name: str,
+    dsn: str,
+    size: int,
+    policy: str,
+    shared: bool,
+    proxy: delay_proxy.Proxy | None = None,
+) -> Net:
     async def pools(kwargs: dict[str, Any], tag: str) -> tuple[Any, Any]:
         pool: ConnectionPool[Any] = ConnectionPool(
             dsn, min_size=size, max_size=size, kwargs=kwargs, open=False, name=f"g-{tag}"
@@ -168,7 +184,7 @@ async def open_net(name: str, dsn: str, size: int, policy: str, shared: bool) ->
 
     pool, apool = await pools(POOL_KWARGS, f"{name}-shared" if shared else f"{name}-peer")
     o_pool, o_apool = (pool, apool) if shared else await pools(b.OURS_POOL_KWARGS, f"{name}-ours")
-    net = Net(name, dsn, [pool, apool] if shared else [pool, apool, o_pool, o_apool])
+    net = Net(name, dsn, [pool, apool] if shared else [pool, apool, o_pool, o_apool], proxy=proxy)
     net.pids = await b._backend_pids(pool, apool, size)
     if not shared:
         net.pids += await b._backend_pids(o_pool, o_apool, size)
@@ -201,7 +217,7 @@ def graph_for(net: Net, side: str, sync: bool) -> Any:
 
 def run_sync(net: Net, side: str, ops: int) -> Sample:
     graph = graph_for(net, side, True)
-    timer = Timer(net.server_cpu if side != "memory" else None)
+    timer = net.timer(side)
     for _ in range(ops):
         with timer.op():
             out = graph.invoke(b.graph_input(), b.graph_config(side), durability="sync")
@@ -212,7 +228,7 @@ def run_sync(net: Net, side: str, ops: int) -> Sample:
 async def run_async(net: Net, side: str, ops: int, concurrency: int) -> Sample:
     graph = graph_for(net, side, False)
     per_task = max(1, ops // concurrency)
-    timer = Timer(net.server_cpu if side != "memory" else None)
+    timer = net.timer(side)
 
     async def task() -> None:
         for _ in range(per_task):
@@ -308,6 +324,11 @@ class Cell:
         ]
         return cli, statistics.median(srv) if srv else None
 
+    def proxy_ms(self, side: str) -> float | None:
+        """The delay proxy's CPU ms per run (median over rounds), None when direct."""
+        px = [s.proxy_cpu_s * 1e3 / s.ops for s in self.samples[side] if s.proxy_cpu_s is not None]
+        return statistics.median(px) if px else None
+
     def status(self, other: str) -> str:
         target = self.workload.targets.get((self.net, other))
         if target is None:
@@ -337,7 +358,7 @@ def format_cells(cells: Sequence[Cell]) -> str:
 def format_cpu(cells: Sequence[Cell]) -> str:
     head = (
         f"{'workload':<16} {'net':<6} {'ours cli+srv':>13} {'peer cli+srv':>13} {'mem cli':>8} "
-        f"{'ours/peer':>9} {'target':>11}"
+        f"{'ours/peer':>9} {'target':>11} {'proxy o/p/m':>16}"
     )
     lines = [head, "-" * len(head)]
     for c in cells:
@@ -352,9 +373,11 @@ def format_cpu(cells: Sequence[Cell]) -> str:
             status = (
                 f"<={CPU_TARGET}x {'ok' if r <= CPU_TARGET else 'ABOVE'}" if one_at_a_time else ""
             )
+        px = [c.proxy_ms(s) for s in ("ours", "peer", "memory")]
+        proxy = "/".join(f"{x:.1f}" for x in px if x is not None) if px[0] is not None else "-"
         lines.append(
             f"{c.workload.name:<16} {c.net:<6} {cells_txt[0]:>13} {cells_txt[1]:>13} "
-            f"{mc:>8.1f} {ratio:>9} {status:>11}"
+            f"{mc:>8.1f} {ratio:>9} {status:>11} {proxy:>16}"
         )
     return "\n".join(lines)
 
@@ -370,6 +393,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--nets", default="direct,1ms", help="comma-separated subset of direct,1ms")
     parser.add_argument("--rtt-ms", type=float, default=1.0, help="proxy delay per round trip")
     parser.add_argument("--pool-size", type=int, default=10)
+    parser.add_argument("--proxy-engine", choices=delay_proxy.ENGINES, default="relay")
     parser.add_argument("--run-id-policy", default="require", choices=["require", "warn", "off"])
     parser.add_argument("--scale", type=float, default=1.0, help="multiply runs per sample")
     parser.add_argument("--json", type=Path, default=None, help="also write results as JSON")
@@ -424,7 +448,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         SIDES = (*SIDES, AB_SIDE)
     url, server = ensure_database_url()
     databases: list[str] = []
-    stop_proxy: Callable[[], None] | None = None
+    proxy: delay_proxy.Proxy | None = None
     try:
         dsn = create_database(url, prefix="lgd_bench_graph")
         databases.append(dsn)
@@ -437,10 +461,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         dsns = {"direct": dsn}
         if "1ms" in args.nets:
             unix, host, port = unix_socket(dsn)
-            proxy_port, stop_proxy = delay_proxy.start(
-                unix=unix, host=host, port=port, rtt_ms=args.rtt_ms
+            proxy = delay_proxy.start_proxy(
+                unix=unix, host=host, port=port, rtt_ms=args.rtt_ms, engine=args.proxy_engine
             )
-            dsns["1ms"] = make_conninfo(dsn, host="127.0.0.1", port=str(proxy_port))
+            dsns["1ms"] = make_conninfo(dsn, host="127.0.0.1", port=str(proxy.port))
         rtt = {n: measured_rtt_ms(dsns[n]) for n in args.nets}
         refused = ours_takes_langgraph_settings(dsn, args.run_id_policy)
         shared = refused is None
@@ -470,7 +494,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         async def go() -> list[Cell]:
             nets = {
-                n: await open_net(n, dsns[n], args.pool_size, args.run_id_policy, shared)
+                n: await open_net(
+                    n, dsns[n], args.pool_size, args.run_id_policy, shared,
+                    proxy if n == "1ms" else None,
+                )
                 for n in args.nets
             }
             try:
@@ -488,7 +515,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(format_cells(cells))
         print(
             "\nCPU ms per run (median over rounds): client = this process (all threads), "
-            "srv = the pool's Postgres backends"
+            "srv = the pool's Postgres backends; proxy = the delay proxy's process (1ms only: "
+            "it shares the cores, a real network would not cost this host that CPU)"
         )
         print(format_cpu(cells))
         if args.ab:
@@ -550,13 +578,14 @@ def main(argv: Sequence[str] | None = None) -> int:
                     "vs_peer": c.ratio("peer"), "vs_peer_rounds": c.ratios("peer"),
                     "vs_memory": c.ratio("memory"), "vs_memory_rounds": c.ratios("memory"),
                     "cpu_ms": {s: c.cpu_ms(s) for s in SIDES},
+                    "proxy_cpu_ms": {s: c.proxy_ms(s) for s in SIDES},
                     "rounds": len(c.samples["ours"]),
                 } for c in cells],
             }, indent=2))  # fmt: skip
         return 0
     finally:
-        if stop_proxy is not None:
-            stop_proxy()
+        if proxy is not None:
+            proxy.stop()
         for d in databases:
             drop_database(url, database_name(d))
         if server is not None:

@@ -36,6 +36,7 @@ class Sample:
     latencies: list[float]  # seconds, one per operation
     client_cpu_s: float = 0.0  # this process's CPU time over the batch (all threads)
     server_cpu_s: float | None = None  # CPU of the side's Postgres backends, when local
+    proxy_cpu_s: float | None = None  # CPU of the delay proxy (another process), if any
 
     @property
     def ops_per_s(self) -> float:
@@ -54,12 +55,19 @@ class Timer:
     """Collects per-operation latencies of a batch; ``sample()`` closes it.
 
     ``server_cpu`` returns the CPU seconds used so far by the Postgres backends serving
-    the measured side (or None when they are not on this machine)."""
+    the measured side (or None when they are not on this machine); ``proxy_cpu`` the CPU
+    seconds of the delay proxy's process so far (None: no proxy on this path)."""
 
-    def __init__(self, server_cpu: Callable[[], float | None] | None = None) -> None:
+    def __init__(
+        self,
+        server_cpu: Callable[[], float | None] | None = None,
+        proxy_cpu: Callable[[], float | None] | None = None,
+    ) -> None:
         self.latencies: list[float] = []
         self._server_cpu = server_cpu
         self._server0 = server_cpu() if server_cpu is not None else None
+        self._proxy_cpu = proxy_cpu
+        self._proxy0 = proxy_cpu() if proxy_cpu is not None else None
         self._cpu0 = time.process_time()
         self._start = time.perf_counter()
 
@@ -79,8 +87,12 @@ class Timer:
         if self._server_cpu is not None and self._server0 is not None:
             now = self._server_cpu()
             server = now - self._server0 if now is not None else None
+        proxy = None
+        if self._proxy_cpu is not None and self._proxy0 is not None:
+            now = self._proxy_cpu()
+            proxy = now - self._proxy0 if now is not None else None
         n = ops if ops is not None else len(self.latencies)
-        return Sample(n, elapsed, self.latencies, cpu, server)
+        return Sample(n, elapsed, self.latencies, cpu, server, proxy)
 
 
 def process_cpu_s(pids: Sequence[int]) -> float | None:
