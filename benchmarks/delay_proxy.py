@@ -204,15 +204,20 @@ class _Relay:
         self.poll.register(upstream.fileno(), select.EPOLLIN)
 
     def send(self) -> None:
+        # How late a sleep wakes up, learnt from every sleep (it moves with the machine's
+        # load): sleeping that much less keeps the delay at the one asked for.
+        late = _OVERSHOOT
         while True:
             with self.ready:
                 while not self.due:
                     self.ready.wait()
                 first = self.due[0][0]
-            wait = first - time.monotonic() - _OVERSHOOT
+            wait = first - time.monotonic() - late
             if wait > 0:
                 time.sleep(wait)
-            now = time.monotonic() + _OVERSHOOT
+                woke = time.monotonic()
+                late = min(max(0.0, late + 0.1 * (woke - first)), self.delay / 2)
+            now = time.monotonic() + late
             with self.ready:
                 batch = []
                 while self.due and self.due[0][0] <= now:
