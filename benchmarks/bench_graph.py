@@ -130,7 +130,8 @@ class Net:
     proxy: delay_proxy.Proxy | None = None  # the delay proxy this path goes through
 
     def server_cpu(self) -> float | None:
-        return process_cpu_s(self.pids)
+        cpu: float | None = process_cpu_s(self.pids)
+        return cpu
 
     def timer(self, side: str) -> Timer:
         """A sample's timer: server CPU and the proxy's CPU on its path, for Postgres sides
@@ -311,10 +312,10 @@ class Cell:
         return statistics.median(self.ratios(other))
 
     def rps(self, side: str) -> float:
-        return statistics.median(s.ops_per_s for s in self.samples[side])
+        return float(statistics.median(s.ops_per_s for s in self.samples[side]))
 
     def p50_ms(self, side: str) -> float:
-        return percentile([x for s in self.samples[side] for x in s.latencies], 50) * 1e3
+        return float(percentile([x for s in self.samples[side] for x in s.latencies], 50) * 1e3)
 
     def cpu_ms(self, side: str) -> tuple[float, float | None]:
         """(client, server) CPU ms per run: medians over rounds."""
@@ -418,7 +419,7 @@ async def run_rounds(args: argparse.Namespace, nets: dict[str, Net]) -> list[Cel
 
     def n_ops(w: Workload) -> int:
         ops = max(w.concurrency, round((w.quick_ops if args.quick else w.ops) * args.scale))
-        return ops - ops % w.concurrency
+        return int(ops - ops % w.concurrency)
 
     async def warm(c: Cell) -> None:
         for side in SIDES:
@@ -473,7 +474,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "settings)"
             if shared
             else f"NOT the same pool: DeterministicSaver failed on LangGraph's settings "
-            f"(row_factory=dict_row: {refused[:80]}); each saver its own pool (size "
+            f"(row_factory=dict_row: {(refused or '')[:80]}); each saver its own pool (size "
             f"{args.pool_size}), ours autocommit=True only"
         )
         added_rtt = rtt["1ms"] - rtt["direct"] if {"1ms", "direct"} <= set(args.nets) else None

@@ -137,10 +137,10 @@ def make_checkpoint(values: dict[str, Any], versions: dict[str, str]) -> Checkpo
         "id": str(uuid6(clock_seq=-1)),
         "ts": datetime.now(UTC).isoformat(),
         "channel_values": values,
-        "channel_versions": versions,
+        "channel_versions": versions,  # type: ignore[typeddict-item]
         "versions_seen": {"__input__": {}, "n1": {"messages": versions.get("messages", "")}},
         "updated_channels": list(versions),
-    }  # type: ignore[typeddict-item]
+    }
 
 
 def thread_config(thread_id: str) -> RunnableConfig:
@@ -208,7 +208,7 @@ def build_graph(asynchronous: bool) -> StateGraph[GraphState]:
         builder.add_node(f"n{i}", make_node(i))
         builder.add_edge(previous, f"n{i}")
         previous = f"n{i}"
-    builder.add_node("worker", worker, input_schema=WorkerInput)
+    builder.add_node("worker", worker, input_schema=WorkerInput)  # type: ignore[arg-type]
     builder.add_node("join", join)
     builder.add_conditional_edges(previous, fan_out, ["worker"])
     builder.add_edge("worker", "join")
@@ -236,7 +236,9 @@ def graph_saver(side: str, conn: Any = None, *, policy: str = "require") -> Any:
         return PostgresSaver(conn)
     assert side in ("ours", "ours_percall"), side
     return DeterministicSaver(
-        conn, run_id_policy=policy, buffer_writes=0 if side == "ours_percall" else 0.05
+        conn,
+        run_id_policy=policy,  # type: ignore[arg-type]
+        buffer_writes=0 if side == "ours_percall" else 0.05,
     )
 
 
@@ -282,7 +284,8 @@ class Side:
     backend_pids: tuple[int, ...] = ()  # Postgres processes serving this side's pools
 
     def server_cpu(self) -> float | None:
-        return process_cpu_s(self.backend_pids)
+        cpu: float | None = process_cpu_s(self.backend_pids)
+        return cpu
 
 
 @dataclass
@@ -318,8 +321,8 @@ async def open_sides(ours_dsn: str, peer_dsn: str, pool_size: int, policy: str) 
         sync_graph_saver=DeterministicSaver(o_sync, run_id_policy=policy),  # type: ignore[arg-type]
         async_graph_saver=DeterministicSaver(o_async, run_id_policy=policy),  # type: ignore[arg-type]
     )
-    peer_sync = PostgresSaver(p_sync)  # type: ignore[arg-type]
-    peer_async = AsyncPostgresSaver(p_async)  # type: ignore[arg-type]
+    peer_sync = PostgresSaver(p_sync)
+    peer_async = AsyncPostgresSaver(p_async)
     peer = Side("peer", peer_sync, peer_async, peer_sync, peer_async)
     await asyncio.to_thread(ours.sync_saver.setup)  # type: ignore[attr-defined]
     await asyncio.to_thread(peer_sync.setup)
@@ -383,11 +386,11 @@ class Workload:
         is per thread, so it is switched on in the thread that runs the batch (threads
         LangGraph starts itself, e.g. for the sync fan-out, are not followed)."""
         if self.sync:
-            fn: SyncFn = self.fn  # type: ignore[assignment]
-            return await asyncio.to_thread(  # type: ignore[no-any-return]
+            fn: SyncFn = self.fn
+            return await asyncio.to_thread(
                 profiler.wrap(self.name, side.name, lambda: fn(side, ops, tag))
             )
-        afn: AsyncFn = self.fn  # type: ignore[assignment]
+        afn: AsyncFn = self.fn
         with profiler.around(self.name, side.name):
             return await afn(side, ops, tag)
 
@@ -666,7 +669,7 @@ async def run_benchmark(
         results = {w.name: WorkloadResult(w.name, w.description, w.target) for w in selected}
 
         def n_ops(w: Workload) -> int:
-            return max(1, round((w.quick_ops if args.quick else w.ops) * args.scale))
+            return int(max(1, round((w.quick_ops if args.quick else w.ops) * args.scale)))
 
         if not args.quick:  # warm-up: connections, prepared statements, imports, caches
             for w in selected:

@@ -330,7 +330,10 @@ def test_floor_benchmark_measures_every_side_and_counts_the_floor(dsn: str, tmp_
         assert steps + 1 <= rt[side] <= steps + 3, rt
         assert rt[side] < rt["peer"], rt
     assert report["round_trips"]["floor_1stmt"]["stmts"] == rt["floor_1stmt"], report
-    assert report["round_trips"]["floor_fenced_1stmt"]["stmts"] == rt["floor_fenced_1stmt"]
+    # one statement per round trip, plus the previous run's lease release in the read's
+    # pipeline, plus a guard beside each write stored on its own (own round trip)
+    alone = rt["floor_fenced_1stmt"] - (steps + 1)
+    assert report["round_trips"]["floor_fenced_1stmt"]["stmts"] <= rt["floor_fenced_1stmt"] + 1 + 2 * alone
     wal = report["wal"]
     for side in ("floor", "floor_1stmt", "floor_fenced", "floor_fenced_1stmt"):
         assert steps - 1 <= wal[side]["wal_flushes"] <= wal[side]["commits"], wal
