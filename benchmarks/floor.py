@@ -1226,6 +1226,18 @@ def verdicts(cells: Sequence[Cell]) -> list[str]:
             if cap["floor_fenced"]["no_proxy"] >= need
             else "OUT OF REACH on 2 cores (the floor's CPU bound is below it)"
         )
+        # One asyncio process keeps its core at most as busy as InMemorySaver's run does.
+        busy = min(1.0, c.rps("memory") * c.cpu_ms("memory")[0] / 1e3)
+        cores = os.cpu_count() or 1
+        out.append(
+            f"{head} >= {goal}x needs {need:.0f} runs/s: client CPU <= {busy * 1e3 / need:.1f} "
+            f"ms/run (one core, {busy:.0%} busy as memory's) and client + server + proxy <= "
+            f"{cores * 1e3 / need:.1f} ms/run ({cores} cores); "
+            + ", ".join(
+                f"{s} {c.cpu_ms(s)[0]:.1f} / {sum(c.cpu_ms(s)) + (c.proxy_ms(s) or 0.0):.1f}"
+                for s in ("floor", "floor_fenced", "ours")
+            )
+        )
         out.append(
             f"{head} >= {goal}x ({need:.0f} runs/s, peer {c.rps('peer'):.1f}): floor {fl:.2f}x, "
             f"floor_fenced {fe:.2f}x, ours {ours:.2f}x -> {state}; CPU bounds without the proxy: "

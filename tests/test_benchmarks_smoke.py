@@ -310,7 +310,7 @@ def test_floor_benchmark_measures_every_side_and_counts_the_floor(dsn: str, tmp_
     assert sorted(rows) == expected, done.stdout
     assert re.search(r"rows per run .*: floor \(14, \d+, \d+\) = floor_1stmt", done.stdout)
     assert "floor_fenced keeps its guarantees (checked)" in done.stdout, done.stdout
-    assert len(re.findall(r"^  \w+ (direct|1ms): vs (memory|peer) >= ", done.stdout, re.M)) == 7
+    assert len(re.findall(r"^  \w+ (direct|1ms): vs (memory|peer) >= ", done.stdout, re.M)) == 8
     assert len(re.findall(r"^  graph_async_c32 1ms \w+ .* \+ proxy [\d.]+ ms/run", done.stdout,
                           re.M)) == 4, done.stdout  # fmt: skip
 
