@@ -391,7 +391,8 @@ def main() -> int:
         print(
             f"audit alone: {report.seconds:.1f} s ({report.paused_seconds:.1f} s paused) for {report.checkpoints} checkpoints "
             f"({report.threads} threads); planted faults {total}, missed {missed}, "
-            f"false positives {false}; counts {report.counts()}"
+            f"false positives {false}; counts {report.counts()}; priority {getattr(report, 'priority', 'normal')}, "
+            f"backend {getattr(report, 'backend_priority', 'normal')}"
         )
         server_s = "n/a" if server_cpu is None else f"{server_cpu:.1f}"
         print(f"  CPU: server backend {server_s} s, audit process {client_cpu:.1f} s; temp files written {temp} bytes; load average {_load()}")
