@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
@@ -87,6 +88,23 @@ def _idle_group() -> tuple[Path, bool] | None:
     except OSError:
         return None
     return group, v2
+
+
+def release_idle_group(tries: int = 20) -> None:
+    """Remove the idle cgroup once empty (best effort: another audit may be using it, and a
+    closed connection's backend takes a moment to exit)."""
+    found = _cpu_hierarchy()
+    if found is None:
+        return
+    group = found[0] / IDLE_CGROUP
+    for _ in range(tries):
+        try:
+            group.rmdir()
+            return
+        except FileNotFoundError:
+            return
+        except OSError:  # busy: tasks left in it
+            time.sleep(0.01)
 
 
 def _cgroup_of(tid: int, v2: bool) -> str | None:

@@ -661,6 +661,8 @@ def audit(
             ) from exc
         finally:
             pool.shutdown(wait=True, cancel_futures=True)
+    if "cgroup" in report.priority + report.backend_priority:
+        _priority.release_idle_group()
     report.seconds = datetime.now().timestamp() - started
     report.paused_seconds = pacer.waited
     return report
