@@ -129,6 +129,7 @@ from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
 from devtools.postgres import create_database, database_name, drop_database, ensure_database_url
 from langgraph_deterministic import DeterministicSaver
+from langgraph_deterministic._compat.langgraph import CONFIG_KEY_RUNTIME  # a graph run's mark
 from langgraph_deterministic.errors import ThreadBusyError
 
 # --- FloorSaver -------------------------------------------------------------------------
@@ -716,7 +717,7 @@ class FencedFloorSaver(FloorSaver):
     def _admission(self, config: RunnableConfig) -> dict[str, Any] | None:
         """The parameters of a graph run's admitting read, or None for any other read."""
         conf = config["configurable"]
-        if "__pregel_runtime" not in conf or conf.get("checkpoint_ns") or get_checkpoint_id(
+        if CONFIG_KEY_RUNTIME not in conf or conf.get("checkpoint_ns") or get_checkpoint_id(
             config
         ):
             return None
@@ -974,7 +975,7 @@ def check_fenced(dsn: str) -> list[str]:
     from langgraph.checkpoint.base import empty_checkpoint
 
     def admit(saver: FencedFloorSaver, thread: str, run: str) -> None:
-        saver.get_tuple({"configurable": {"thread_id": thread, "__pregel_runtime": True},
+        saver.get_tuple({"configurable": {"thread_id": thread, CONFIG_KEY_RUNTIME: True},
                          "metadata": {"run_id": run}})  # fmt: skip
 
     def put(saver: FencedFloorSaver, thread: str, parent: str | None, cid: str) -> None:
