@@ -330,11 +330,12 @@ def test_floor_benchmark_measures_every_side_and_counts_the_floor(dsn: str, tmp_
     for side in ("floor", "floor_1stmt", "floor_nosync", "floor_fenced", "floor_fenced_1stmt"):
         assert steps + 1 <= rt[side] <= steps + 3, rt
         assert rt[side] < rt["peer"], rt
-    assert report["round_trips"]["floor_1stmt"]["stmts"] == rt["floor_1stmt"], report
-    # one statement per round trip, plus the previous run's lease release in the read's
-    # pipeline, plus a guard beside each write stored on its own (own round trip)
-    alone = rt["floor_fenced_1stmt"] - (steps + 1)
-    assert report["round_trips"]["floor_fenced_1stmt"]["stmts"] <= rt["floor_fenced_1stmt"] + 1 + 2 * alone
+    # One statement per round trip; a write that lost the race to its put is stored in a
+    # round trip of its own (its rows, one execute each, and for the fenced floor its
+    # guard); the fenced floor's read carries the previous run's lease release.
+    for side, extra in (("floor_1stmt", 0), ("floor_fenced_1stmt", 1)):
+        stmts, alone = report["round_trips"][side]["stmts"], rt[side] - (steps + 1)
+        assert rt[side] <= stmts <= rt[side] + extra + 5 * alone, (side, report["round_trips"])
     wal = report["wal"]
     for side in ("floor", "floor_1stmt", "floor_fenced", "floor_fenced_1stmt"):
         assert steps - 1 <= wal[side]["wal_flushes"] <= wal[side]["commits"], wal
