@@ -298,7 +298,7 @@ def test_a_puts_blobs_beyond_rows_max_go_in_statements_of_their_own() -> None:
     assert db.names() == [["insert_blobs", "put_with"]]
     first, last = db.batches[0].statements
     assert first.sql.count("::bytea") == _core.ROWS_MAX and last.sql.count("::bytea") == 3
-    assert "lgd_put_checkpoint_v6" in last.sql
+    assert "lgd_put_checkpoint_v7" in last.sql
     sent = [p[f"channel_{i}"] for p in (first.params, last.params) for i in range(n) if f"channel_{i}" in p]  # type: ignore[operator,index]
     assert sent == list(values)
 
