@@ -195,6 +195,14 @@ def replay(args: argparse.Namespace, url: str) -> None:
         c1 = (c1[0], c1[1], c1[2], c1[3] - 2)
         return ((s1 - s0) * 1e3 / n, *((b1 - a1) / n for a1, b1 in zip(c0, c1, strict=True)))
 
+    if args.prefill:  # tables and indexes of a steady size (a fresh btree is one page high)
+        with psycopg.connect(url, **b.PEER_POOL_KWARGS) as fill:
+            for _ in range(args.prefill):
+                suffix = uuid.uuid4().hex
+                ids = {v: f"{v}-{suffix}" if k != "attempt" else suffix[:32]
+                       for k, v in old_ids.items()}  # fmt: skip
+                for batch in replay_batches(batches, ids, {}):
+                    _drivers.execute(fill, batch)
     for name in variants:
         one_sample(name, 3)  # warm up: plpgsql compiled, statements prepared
     samples: dict[str, list[tuple[float, ...]]] = defaultdict(list)
@@ -238,6 +246,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="--replay variant NAME=OLD:NEW[,OLD:NEW]: this tree's SQL, swapped")
     parser.add_argument("--swaps-json", action="append", default=[],
                         help="--replay variants from a JSON file: {name: {old: new, ...}}")
+    parser.add_argument("--prefill", type=int, default=0,
+                        help="--replay: runs replayed first, so tables and indexes are not tiny")
     parser.add_argument("--install", action="append", default=[],
                         help="--replay: an SQL file to run first (experimental functions)")
     args = parser.parse_args(argv)

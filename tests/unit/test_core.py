@@ -298,7 +298,7 @@ def test_a_puts_blobs_beyond_rows_max_go_in_statements_of_their_own() -> None:
     assert db.names() == [["insert_blobs", "put_with"]]
     first, last = db.batches[0].statements
     assert first.sql.count("::bytea") == _core.ROWS_MAX and last.sql.count("::bytea") == 3
-    assert "lgd_put_checkpoint_v7" in last.sql
+    assert "lgd_put_checkpoint_v6" in last.sql
     sent = [p[f"channel_{i}"] for p in (first.params, last.params) for i in range(n) if f"channel_{i}" in p]  # type: ignore[operator,index]
     assert sent == list(values)
 
@@ -389,7 +389,7 @@ def test_duplicate_command_is_refused_and_its_attempt_barred_from_the_checkpoint
 
 
 def test_a_refused_attempts_later_writes_are_refused_again() -> None:
-    """Its next pending writes hit the 'refused:' slot (lgd_fence_writes_v6 raises LG412):
+    """Its next pending writes hit the 'refused:' slot (lgd_fence_writes_v7 raises LG412):
     refused the same way; barring again is a no-op (ON CONFLICT DO NOTHING)."""
     config = graph_config(checkpoint_id="c1", attempt="att-2")
     db = FakeDb().on(

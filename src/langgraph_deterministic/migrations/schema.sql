@@ -10,7 +10,7 @@
 --   legacy: lgd_guard_put_v3, lgd_put_checkpoint_v3, lgd_refuse_leased_v3,
 --   legacy: lgd_guard_put_v5, lgd_put_checkpoint_v5
 --   legacy: lgd_journal_store_v2
---   legacy: lgd_put_checkpoint_v6, lgd_fence_writes_v6, lgd_refuse_v6
+--   legacy: lgd_fence_writes_v6, lgd_refuse_v6
 
 -- == The peer's tables (langgraph-checkpoint-postgres, its migration v9) ================
 
@@ -189,8 +189,8 @@ CREATE INDEX lgd_repairs_thread_idx ON lgd_repairs (thread_id);
 
 -- == Functions ============================================================================
 -- Each under the migration that added it, where its comments say why. The commit-time
--- arbitration of the retry contract is the _v6 group (0016_pre_arbitration_v6.sql) and
--- the _v7 put path that replaced parts of it (0023_pre_put_path_v7.sql).
+-- arbitration of the retry contract is the _v6 group (0016_pre_arbitration_v6.sql), its
+-- pending writes' fence the _v7 pair (0023_pre_pending_fence_v7.sql).
 
 -- migration 0012_pre_durable_journal
 CREATE OR REPLACE FUNCTION lgd_journal_lost_v1(
@@ -606,29 +606,7 @@ END
 $$;
 
 -- migration 0016_pre_arbitration_v6
-CREATE OR REPLACE FUNCTION lgd_guard_writes_v6(
-    p_thread TEXT, p_ns TEXT, p_checkpoint TEXT, p_run TEXT, p_command BOOLEAN,
-    p_interrupted BOOLEAN
-) RETURNS void LANGUAGE plpgsql AS $$
-BEGIN
-    IF p_command AND EXISTS (
-        SELECT 1 FROM checkpoints c
-        WHERE c.thread_id = p_thread AND c.checkpoint_ns = p_ns AND c.checkpoint_id = p_checkpoint
-          AND (c.metadata ->> 'run_id') = p_run) THEN
-        RAISE EXCEPTION 'lgd: command delivered twice'
-            USING ERRCODE = 'LG412',
-                  DETAIL = format('checkpoint %s was written by run %s itself', p_checkpoint, p_run);
-    END IF;
-    IF p_interrupted THEN
-        UPDATE lgd_runs SET status = 'interrupted', last_checkpoint_id = p_checkpoint,
-                            updated_at = now()
-        WHERE thread_id = p_thread AND run_id = p_run AND status = 'running';
-    END IF;
-END
-$$;
-
--- migration 0023_pre_put_path_v7
-CREATE OR REPLACE FUNCTION lgd_put_checkpoint_v7(
+CREATE OR REPLACE FUNCTION lgd_put_checkpoint_v6(
     p_thread TEXT, p_ns TEXT, p_id TEXT, p_parent TEXT, p_checkpoint JSONB, p_metadata JSONB,
     p_run TEXT, p_attempt TEXT, p_fingerprint TEXT, p_ledger BOOLEAN, p_branch BOOLEAN,
     p_closes TEXT, p_closes_run TEXT
@@ -641,9 +619,6 @@ DECLARE
     closed TEXT := p_closes_run;
     run_status TEXT;
     run_attempt TEXT;
-    lease_expires TIMESTAMPTZ;
-    lease_ttl INTERVAL;
-    leased BOOLEAN;
 BEGIN
     IF parent <> '' AND p_id <= parent THEN
         RAISE EXCEPTION 'lgd: checkpoint id sorts before its parent'
@@ -655,31 +630,11 @@ BEGIN
     ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id)
     DO UPDATE SET checkpoint = EXCLUDED.checkpoint, metadata = EXCLUDED.metadata;
 
-    -- Lease: locked by its own run's writes (the row lock orders this write against an
-    -- admission taking the thread over: lgd_admit_v3 locks the row first), renewed only
-    -- once less than half its ttl remains; refused while another run holds a live one.
-    -- A ledger write (p_ledger) reads its run's row in the same statement: under the lock
-    -- no admission, and no write of its own run, can change that row before this commits
-    -- (as late as v6 read it, a write of another run closing it may or may not land
-    -- first, as then).
-    IF p_ledger THEN
-        SELECT l.expires_at, l.ttl, r.status, r.last_attempt
-        INTO lease_expires, lease_ttl, run_status, run_attempt
-        FROM lgd_leases l
-        LEFT JOIN lgd_runs r ON r.thread_id = p_thread AND r.run_id = p_run
-        WHERE l.thread_id = p_thread AND l.run_id = p_run AND l.ended IS NULL
-        FOR NO KEY UPDATE OF l;
-    ELSE
-        SELECT l.expires_at, l.ttl INTO lease_expires, lease_ttl FROM lgd_leases l
-        WHERE l.thread_id = p_thread AND l.run_id = p_run AND l.ended IS NULL
-        FOR NO KEY UPDATE;
-    END IF;
-    leased := FOUND;
-    IF leased THEN
-        IF lease_expires < now() + lease_ttl / 2 THEN
-            UPDATE lgd_leases l SET expires_at = now() + l.ttl WHERE l.thread_id = p_thread;
-        END IF;
-    ELSE
+    -- Lease: renewed by its own run's writes (the row lock also orders this write against
+    -- an admission taking the thread over); refused while another run holds a live one.
+    UPDATE lgd_leases l SET expires_at = now() + l.ttl
+    WHERE l.thread_id = p_thread AND l.run_id = p_run AND l.ended IS NULL;
+    IF NOT FOUND THEN
         SELECT * INTO holder FROM lgd_leases l
         WHERE l.thread_id = p_thread AND l.ended IS NULL AND l.expires_at > now()
           AND l.run_id IS DISTINCT FROM p_run;
@@ -737,13 +692,10 @@ BEGIN
         END IF;
     END IF;
     -- A later write of the same attempt changes nothing in its row (the usual case): one
-    -- read (with the lease's above, when the run holds it), and no row lock, instead of
-    -- the upsert below.
-    IF NOT leased THEN
-        SELECT r.status, r.last_attempt INTO run_status, run_attempt FROM lgd_runs r
-        WHERE r.thread_id = p_thread AND r.run_id = p_run;
-    END IF;
-    IF run_status = 'running' AND run_attempt IS NOT DISTINCT FROM p_attempt THEN
+    -- read, and no row lock, instead of the upsert below.
+    SELECT r.status, r.last_attempt INTO run_status, run_attempt FROM lgd_runs r
+    WHERE r.thread_id = p_thread AND r.run_id = p_run;
+    IF FOUND AND run_status = 'running' AND run_attempt IS NOT DISTINCT FROM p_attempt THEN
         RETURN;
     END IF;
     INSERT INTO lgd_runs AS r (thread_id, run_id, status, attempts, last_attempt,
@@ -769,7 +721,29 @@ BEGIN
 END
 $$;
 
--- migration 0023_pre_put_path_v7
+-- migration 0016_pre_arbitration_v6
+CREATE OR REPLACE FUNCTION lgd_guard_writes_v6(
+    p_thread TEXT, p_ns TEXT, p_checkpoint TEXT, p_run TEXT, p_command BOOLEAN,
+    p_interrupted BOOLEAN
+) RETURNS void LANGUAGE plpgsql AS $$
+BEGIN
+    IF p_command AND EXISTS (
+        SELECT 1 FROM checkpoints c
+        WHERE c.thread_id = p_thread AND c.checkpoint_ns = p_ns AND c.checkpoint_id = p_checkpoint
+          AND (c.metadata ->> 'run_id') = p_run) THEN
+        RAISE EXCEPTION 'lgd: command delivered twice'
+            USING ERRCODE = 'LG412',
+                  DETAIL = format('checkpoint %s was written by run %s itself', p_checkpoint, p_run);
+    END IF;
+    IF p_interrupted THEN
+        UPDATE lgd_runs SET status = 'interrupted', last_checkpoint_id = p_checkpoint,
+                            updated_at = now()
+        WHERE thread_id = p_thread AND run_id = p_run AND status = 'running';
+    END IF;
+END
+$$;
+
+-- migration 0023_pre_pending_fence_v7
 CREATE OR REPLACE FUNCTION lgd_fence_writes_v7(
     p_child TEXT, p_child_run TEXT, p_child_attempt TEXT, p_attempt TEXT, p_checkpoint TEXT,
     p_ns TEXT
@@ -790,7 +764,7 @@ BEGIN
 END
 $$;
 
--- migration 0023_pre_put_path_v7
+-- migration 0023_pre_pending_fence_v7
 CREATE OR REPLACE FUNCTION lgd_refuse_leased_v7(p_holder TEXT, p_thread TEXT, p_outcome TEXT)
 RETURNS boolean LANGUAGE plpgsql COST 1000 AS $$
 BEGIN
@@ -825,4 +799,4 @@ INSERT INTO langgraph_deterministic_migrations (version, name, phase) VALUES
     (20, 'journal_store_v3', 'pre'),
     (21, 'journal_admit', 'pre'),
     (22, 'lz4_checkpoints_writes', 'pre'),
-    (23, 'put_path_v7', 'pre');
+    (23, 'pending_fence_v7', 'pre');

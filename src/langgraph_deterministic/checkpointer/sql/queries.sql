@@ -512,10 +512,9 @@ LEFT JOIN LATERAL (
 WHERE r.thread_id = %(thread_id)s AND r.run_id = %(run_id)s
 
 -- name: guarded_put_checkpoint
--- upsert_checkpoint with the arbitration of migrations 0016 and 0023 (the lease, one
--- child per attempt lineage, the ledger) in one statement; closes/closes_run:
--- contract.guard_put.
-SELECT lgd_put_checkpoint_v7(
+-- upsert_checkpoint with the arbitration of migration 0016 (the lease, one child per
+-- attempt lineage, the ledger) in one statement; closes/closes_run: contract.guard_put.
+SELECT lgd_put_checkpoint_v6(
     %(thread_id)s, %(checkpoint_ns)s, %(checkpoint_id)s, %(parent_checkpoint_id)s::text,
     %(checkpoint)s, %(metadata)s, %(run_id)s::text, %(attempt)s::text,
     %(fingerprint)s::text, %(ledger)s, %(branch)s, %(closes)s::text, %(closes_run)s::text)
