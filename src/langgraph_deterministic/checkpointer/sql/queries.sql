@@ -590,6 +590,41 @@ WHERE NOT EXISTS (
 )
 ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id, task_id, idx) DO NOTHING
 
+-- name: riding_write
+-- guarded_write sent in the transaction of its checkpoint's child (put's pending), before
+-- it: without the lease check, which the child's lgd_put_checkpoint_v6 makes later in
+-- the same transaction, refusing (LG413) and rolling back the same writes.
+INSERT INTO checkpoint_writes
+    (thread_id, checkpoint_ns, checkpoint_id, task_id, task_path, idx, channel, type, blob)
+SELECT %(thread_id)s, %(checkpoint_ns)s, %(checkpoint_id)s, %(task_id)s, %(task_path)s,
+       %(idx)s, %(channel)s, %(type)s, %(blob)s
+WHERE NOT EXISTS (
+    SELECT 1 FROM lgd_chain ch
+    WHERE ch.thread_id = %(thread_id)s AND ch.checkpoint_ns = %(checkpoint_ns)s
+      AND ch.parent_checkpoint_id = %(slot)s
+      AND lgd_fence_writes_v7(ch.checkpoint_id, ch.run_id, ch.attempt, %(attempt)s::text,
+                              %(checkpoint_id)s, %(checkpoint_ns)s)
+)
+ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id, task_id, idx)
+DO UPDATE SET channel = EXCLUDED.channel, type = EXCLUDED.type, blob = EXCLUDED.blob
+WHERE %(replace)s
+
+-- name: riding_writes
+-- guarded_writes riding with its checkpoint's child, as riding_write.
+INSERT INTO checkpoint_writes
+    (thread_id, checkpoint_ns, checkpoint_id, task_id, task_path, idx, channel, type, blob)
+SELECT %(thread_id)s, %(checkpoint_ns)s, %(checkpoint_id)s, w.task_id, w.task_path, w.idx,
+       w.channel, w.type, w.blob
+FROM (VALUES {rows}) AS w (task_id, task_path, idx, channel, type, blob)
+WHERE NOT EXISTS (
+    SELECT 1 FROM lgd_chain ch
+    WHERE ch.thread_id = %(thread_id)s AND ch.checkpoint_ns = %(checkpoint_ns)s
+      AND ch.parent_checkpoint_id = %(slot)s
+      AND lgd_fence_writes_v7(ch.checkpoint_id, ch.run_id, ch.attempt, %(attempt)s::text,
+                              %(checkpoint_id)s, %(checkpoint_ns)s)
+)
+ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id, task_id, idx) DO NOTHING
+
 -- name: child_of_run
 -- put_batch's at-most-once check: the root checkpoint a run wrote on top of the one it
 -- started from (NULL: the thread's first), if its commit already got through.
