@@ -166,7 +166,8 @@ def replay(args: argparse.Namespace, url: str) -> None:
     def counters(name: str) -> tuple[float, ...]:
         # A backend sends its statistics at most once a second unless told to at its next
         # transaction's end: flushed so, the server-wide counters include all it did.
-        conns[name].execute("SELECT pg_stat_force_next_flush()")
+        if admin.info.server_version >= 150000:  # else up to a second behind
+            conns[name].execute("SELECT pg_stat_force_next_flush()")
         conns[name].execute("SELECT 1")
         admin.execute("SELECT pg_stat_clear_snapshot()")
         row = admin.execute(
@@ -326,11 +327,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         syncs: dict[str, list[tuple[float, ...]]] = defaultdict(list)
         admin = psycopg.connect(url, autocommit=True)
 
+        flush_stats = admin.info.server_version >= 150000  # pg_stat_force_next_flush()
+
         def wal_counts(name: str) -> tuple[float, ...]:
             """Server-wide WAL fsyncs (the walwriter's too), WAL records and bytes: only
             one variant runs at a time. Its backend sends its statistics at the end of its
             next transaction when told to (else at most once a second)."""
-            conns[name].execute("SELECT pg_stat_force_next_flush()")
+            if flush_stats:
+                conns[name].execute("SELECT pg_stat_force_next_flush()")
             admin.execute("SELECT pg_stat_clear_snapshot()")
             row = admin.execute(
                 "SELECT wal_sync, wal_records, pg_current_wal_insert_lsn() - '0/0'::pg_lsn"
