@@ -46,11 +46,11 @@ def execute(conn: Connection[Any], batch: Batch) -> Results:
     # Postgres rolls them all back. That is the atomicity we need, in one round trip;
     # psycopg's transaction() inside a pipeline would add three more syncs (BEGIN, COMMIT,
     # exit). Only a batch that sets an isolation level needs an explicit transaction.
-    in_callers_pipeline = in_pipeline(conn)
+    in_callers_pipeline = batch.isolation is not None and in_pipeline(conn)
     fetching: list[psycopg.Cursor[Any]] = []
     shared: psycopg.Cursor[Any] | None = None
     with conn.pipeline() as pipe:
-        if batch.isolation and in_callers_pipeline:
+        if in_callers_pipeline:
             pipe.sync()  # see in_pipeline
         with transaction(conn, batch) if batch.isolation else nullcontext():
             for st, params in _merged(statements):
@@ -91,11 +91,11 @@ async def aexecute(conn: AsyncConnection[Any], batch: Batch) -> Results:
                 results.append(await cur.fetchall() if st.fetch else None)
         return results
     # One implicit transaction per pipeline sync; see execute.
-    in_callers_pipeline = in_pipeline(conn)
+    in_callers_pipeline = batch.isolation is not None and in_pipeline(conn)
     fetching: list[psycopg.AsyncCursor[Any]] = []
     shared: psycopg.AsyncCursor[Any] | None = None
     async with conn.pipeline() as pipe:
-        if batch.isolation and in_callers_pipeline:
+        if in_callers_pipeline:
             await pipe.sync()  # see in_pipeline
         async with atransaction(conn, batch) if batch.isolation else nullcontext():
             for st, params in _merged(statements):
