@@ -41,6 +41,7 @@ names below are re-exported here, the module's public path.
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import json
 import logging
@@ -646,6 +647,12 @@ def head_mark(
 def _parse_head(value: Any) -> tuple[str, str | None, str] | None:
     if not isinstance(value, str):
         return None
+    return _parse_head_text(value)
+
+
+@functools.lru_cache(maxsize=256)
+def _parse_head_text(value: str) -> tuple[str, str | None, str] | None:
+    """Parsed once per graph run: every root write of the run carries the same HEAD_KEY."""
     try:
         checkpoint_id, run, digest = json.loads(value)
     except ValueError:
