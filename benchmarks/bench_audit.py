@@ -159,7 +159,8 @@ class Writers:
 
 
 def _audit_child(
-    dsn: str, pause: float | None, duty: float | None, src: str | None, ready: Any, out: Any, stopped: Any
+    dsn: str, pause: float | None, duty: float | None, src: str | None, priority: str | None,
+    ready: Any, out: Any, stopped: Any,
 ) -> None:
     if src is not None:  # --compare: the audit of another checkout (its src/ directory)
         for name in [m for m in sys.modules if m.split(".")[0] == "langgraph_deterministic"]:
@@ -170,7 +171,10 @@ def _audit_child(
     # the automatic pace times each range: leave out the time this process sat in SIGSTOP
     audit_module._clock = lambda: time.monotonic() - stopped.value
     ready.set()  # imports done (spawn): the windows start now
-    report = audit_module.audit(dsn, pause=pause, **({} if duty is None else {"duty": duty}))
+    options: dict[str, Any] = {} if duty is None else {"duty": duty}
+    if priority is not None:  # else the audit's default (an older checkout has no such option)
+        options["priority"] = priority
+    report = audit_module.audit(dsn, pause=pause, **options)
     report.heads.clear()  # not needed by the parent; keeps the pickle small
     out.put((report, resource.getrusage(resource.RUSAGE_SELF)))
 
@@ -233,7 +237,10 @@ def _temp_bytes(conn: Any) -> int:
     return int(row[0])
 
 
-def _round(args: argparse.Namespace, dsn: str, ctx: Any, arm: tuple[str, float | None, str | None] | None, cpu: Any) -> tuple[list[tuple[str, float, float]], Any, float | None]:
+Arm = tuple[str, float | None, str | None, str | None]  # name, duty, src, priority
+
+
+def _round(args: argparse.Namespace, dsn: str, ctx: Any, arm: Arm | None, cpu: Any) -> tuple[list[tuple[str, float, float]], Any, float | None]:
     """One audit (or, ``arm`` None, an idle process) stopped and resumed every --window
     seconds: returns the windows, the audit's report and rusage, its backend CPU."""
     result = ctx.Queue()
@@ -242,8 +249,8 @@ def _round(args: argparse.Namespace, dsn: str, ctx: Any, arm: tuple[str, float |
     if arm is None:
         proc = ctx.Process(target=_idle_child, args=(dsn, args.null_seconds, ready, result))
     else:
-        _, duty, src = arm
-        proc = ctx.Process(target=_audit_child, args=(dsn, args.pause, duty, src, ready, result, stopped))
+        _, duty, src, priority = arm
+        proc = ctx.Process(target=_audit_child, args=(dsn, args.pause, duty, src, priority, ready, result, stopped))
     before = cpu() if cpu else None
     windows: list[tuple[str, float, float]] = []
     proc.start()
@@ -341,6 +348,8 @@ def main() -> int:
     parser.add_argument("--duty", type=float, default=None, help="audit: the automatic pace's duty cycle (default: audit's)")
     parser.add_argument("--also-duty", type=float, action="append", default=[],
                         help="another arm: this checkout's audit at this duty (repeatable)")
+    parser.add_argument("--also-priority", choices=("idle", "normal"), action="append", default=[],
+                        help="another arm: this checkout's audit at this CPU priority (repeatable)")
     parser.add_argument("--compare", type=Path, help="another arm: the audit of another checkout's src/ directory")
     parser.add_argument("--json", type=Path, help="write the figures here")
     parser.add_argument("--autogroup-nice", type=int, default=None,
@@ -391,7 +400,8 @@ def main() -> int:
         print(
             f"audit alone: {report.seconds:.1f} s ({report.paused_seconds:.1f} s paused) for {report.checkpoints} checkpoints "
             f"({report.threads} threads); planted faults {total}, missed {missed}, "
-            f"false positives {false}; counts {report.counts()}"
+            f"false positives {false}; counts {report.counts()}; priority {getattr(report, 'priority', 'normal')}, "
+            f"backend {getattr(report, 'backend_priority', 'normal')}"
         )
         server_s = "n/a" if server_cpu is None else f"{server_cpu:.1f}"
         print(f"  CPU: server backend {server_s} s, audit process {client_cpu:.1f} s; temp files written {temp} bytes; load average {_load()}")
@@ -412,14 +422,15 @@ def main() -> int:
         import multiprocessing as mp
 
         ctx = mp.get_context("spawn")
-        main_arm = ("this checkout" + ("" if args.duty is None else f", duty {args.duty:g}"), args.duty, None)
-        arms = [main_arm] + [(f"this checkout, duty {d:g}", d, None) for d in args.also_duty]
+        main_arm: Arm = ("this checkout" + ("" if args.duty is None else f", duty {args.duty:g}"), args.duty, None, None)
+        arms: list[Arm] = [main_arm] + [(f"this checkout, duty {d:g}", d, None, None) for d in args.also_duty]
+        arms += [(f"this checkout, priority {p}", args.duty, None, p) for p in args.also_priority]
         if args.compare:
-            arms.append((f"{args.compare}", None, str(args.compare)))
+            arms.append((f"{args.compare}", None, str(args.compare), None))
         # the arms take turns, round after round: each sees the same drift in load; a null
         # round (an idle process stopped and resumed the same way) takes its turn too, so
         # the noise floor is measured under the same drift, with the same statistics
-        turn: list[tuple[str, float | None, str | None] | None] = [None] if args.null_seconds > 0 else []
+        turn: list[Arm | None] = [None] if args.null_seconds > 0 else []
         plan = [arm for _ in range(args.rounds) for arm in turn + arms]
         rounds = []
         for arm in plan:

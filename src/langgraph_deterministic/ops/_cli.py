@@ -83,6 +83,11 @@ def add_parsers(sub: Any) -> None:
         help="automatic pace: the share of the time the scan may run beside live workers "
         "(default 0.5; lower is gentler and slower)",
     )  # fmt: skip
+    a.add_argument(
+        "--priority", choices=("idle", "normal"), default="idle",
+        help="CPU priority of the audit, and of its server backend when the server runs on "
+        "this machine (default idle: live workers preempt it at once; Linux SCHED_IDLE)",
+    )  # fmt: skip
     r = sub.add_parser("repair", help="fix what audit found (dry run unless --apply)")
     r.add_argument("--dsn")
     r.add_argument("--apply", action="store_true", help="write the repairs")
@@ -99,7 +104,7 @@ def run_audit(args: argparse.Namespace, dsn: str) -> int:
         report = audit(
             dsn, thread_id=args.thread, since=args.since, idle=args.idle,
             statement_timeout_ms=args.statement_timeout, progress=progress, pause=args.pause,
-            duty=args.duty,
+            duty=args.duty, priority=args.priority,
         )  # fmt: skip
     finally:
         done()

@@ -57,7 +57,7 @@ from langgraph_deterministic.errors import (
     DeterministicError,
     SchemaNotReadyError,
 )
-from langgraph_deterministic.ops import DEFAULT_IDLE, STATEMENT_TIMEOUT_MS, queries
+from langgraph_deterministic.ops import DEFAULT_IDLE, STATEMENT_TIMEOUT_MS, _priority, queries
 
 Severity = Literal["risk", "damage"]
 
@@ -203,6 +203,9 @@ class AuditReport:
     active_threads: int = 0
     seconds: float = 0.0
     paused_seconds: float = 0.0  # of ``seconds``, waiting to leave room to live workers
+    # the CPU priority of the audit's threads and of its server backend (ops/_priority.py)
+    priority: str = "normal"
+    backend_priority: str = "normal"
     findings: list[Finding] = field(default_factory=list)
     heads: dict[str, HeadState] = field(default_factory=dict)
 
@@ -247,6 +250,8 @@ class AuditReport:
             "active_threads": self.active_threads,
             "seconds": round(self.seconds, 3),
             "paused_seconds": round(self.paused_seconds, 3),
+            "priority": self.priority,
+            "backend_priority": self.backend_priority,
             "counts": self.counts(),
             "damaged_threads": [t for t in threads if set(t["faults"]) - {"no_run_id"}],
             "risk_threads": [t for t in threads if t["faults"] == ["no_run_id"]],
@@ -545,6 +550,7 @@ def audit(
     progress: Callable[[int, int | None], None] | None = None,
     pause: float | None = None,
     duty: float | None = None,
+    priority: Literal["idle", "normal"] = "idle",
 ) -> AuditReport:
     """Scan the checkpoint database at ``dsn``; returns the findings (writes nothing).
 
@@ -556,14 +562,20 @@ def audit(
     (its WAL grows) a wait after each range that keeps the scan's statements running a
     ``duty`` share of the time (default :data:`AUTO_DUTY`; see :class:`Pacer`). Ranges
     grow or shrink (up to ``batch_rows`` checkpoints) so that each runs about
-    :data:`RANGE_TARGET_S`.
+    :data:`RANGE_TARGET_S`. ``priority="idle"`` (the default) runs the audit's threads,
+    and its server backend where the server is on this machine, at ``SCHED_IDLE`` (Linux):
+    live workers preempt it at once (see :mod:`~langgraph_deterministic.ops._priority`);
+    the report's ``priority`` and ``backend_priority`` say what it got.
     """
+    if priority not in ("idle", "normal"):
+        raise ValueError("priority must be 'idle' or 'normal'")
+    lowered = priority == "idle"
     report = AuditReport()
     started = datetime.now().timestamp()
     pacer = Pacer(pause) if duty is None else Pacer(pause, duty=duty)
-    with connect(
-        dsn, statement_timeout_ms=statement_timeout_ms, work_mem=AUDIT_WORK_MEM
-    ) as conn:
+    with connect(dsn, statement_timeout_ms=statement_timeout_ms, work_mem=AUDIT_WORK_MEM) as conn:
+        if lowered:
+            report.backend_priority = _priority.idle_backend(conn)
         ledger = _check_schema(conn)
         total = None if thread_id else estimate_checkpoints(conn)
         now_row = conn.execute("SELECT now()").fetchone()
@@ -574,7 +586,10 @@ def audit(
             messages_channel=messages_channel, serde=JsonPlusSerializer(),
         )  # fmt: skip
         done = 0
-        pool = ThreadPoolExecutor(1, thread_name_prefix="lgd-audit-decode")
+        pool = ThreadPoolExecutor(
+            1, thread_name_prefix="lgd-audit-decode",
+            initializer=_priority.set_idle_thread if lowered else None,
+        )  # fmt: skip
         pending: Future[tuple[list[Finding], list[HeadState], int, float]] | None = None
 
         def collect(analysed: tuple[list[Finding], list[HeadState], int, float]) -> float:
@@ -594,48 +609,51 @@ def audit(
         stop = threading.Event()
         lo, rows = "", min(batch_rows, 2_000)
         try:
-            wal, wal_at = (_wal_position(conn) if pacer.automatic else None), _clock()
-            while True:
-                range_started = _clock()
-                hi = None if thread_id else _next_bound(conn, lo, rows)
-                try:
-                    fetched = scanner.fetch(lo, hi)
-                except psycopg.errors.QueryCanceled as exc:
-                    if rows <= _MIN_BATCH_ROWS:
-                        raise AuditError(
-                            f"scanning the threads after {lo!r} exceeded statement_timeout "
-                            f"({statement_timeout_ms} ms) even for {rows} checkpoints. Fix: "
-                            "raise --statement-timeout, or run the audit when the server "
-                            "is less loaded (it wrote nothing)."
-                        ) from exc
-                    rows //= 2  # a range too slow for the timeout: split it
-                    continue
-                took = sql = _clock() - range_started  # the server's share of the range
+            with _priority.idle_thread(lowered) as report.priority:
+                wal, wal_at = (_wal_position(conn) if pacer.automatic else None), _clock()
+                while True:
+                    range_started = _clock()
+                    hi = None if thread_id else _next_bound(conn, lo, rows)
+                    try:
+                        fetched = scanner.fetch(lo, hi)
+                    except psycopg.errors.QueryCanceled as exc:
+                        if rows <= _MIN_BATCH_ROWS:
+                            raise AuditError(
+                                f"scanning the threads after {lo!r} exceeded statement_timeout "
+                                f"({statement_timeout_ms} ms) even for {rows} checkpoints. Fix: "
+                                "raise --statement-timeout, run the audit when the server is "
+                                "less loaded, or with --priority normal (at the default idle "
+                                "priority it gets only the CPU no one else wants); it wrote "
+                                "nothing."
+                            ) from exc
+                        rows //= 2  # a range too slow for the timeout: split it
+                        continue
+                    took = sql = _clock() - range_started  # the server's share of the range
+                    if pending is not None:
+                        took += collect(pending.result())  # and ours: the last range's analysis
+                        pending = None
+                    if pacer.live:
+                        # beside live workers the audit takes one core at a time: its backend's
+                        # statement, then its own analysis, never both at once (on 2 cores the
+                        # overlap left the workers none; benchmarks/README.md#audit)
+                        took += collect(scanner.analyse(*fetched))
+                    else:  # alone: decode this range while Postgres scans the next one
+                        pending = pool.submit(scanner.analyse, *fetched)
+                    if hi is None:
+                        break
+                    lo, rows = hi, _next_rows(rows, sql, batch_rows)
+                    written = None
+                    if pacer.automatic:
+                        now_wal = _wal_position(conn)
+                        if now_wal is not None and wal is not None:
+                            written = now_wal - wal
+                        wal = now_wal
+                    wait = pacer.wait_after(took, written, _clock() - wal_at)
+                    wal_at = _clock()
+                    if wait:
+                        stop.wait(wait)
                 if pending is not None:
-                    took += collect(pending.result())  # and ours: the last range's analysis
-                    pending = None
-                if pacer.live:
-                    # beside live workers the audit takes one core at a time: its backend's
-                    # statement, then its own analysis, never both at once (on 2 cores the
-                    # overlap left the workers none; benchmarks/README.md#audit)
-                    took += collect(scanner.analyse(*fetched))
-                else:  # alone: decode this range while Postgres scans the next one
-                    pending = pool.submit(scanner.analyse, *fetched)
-                if hi is None:
-                    break
-                lo, rows = hi, _next_rows(rows, sql, batch_rows)
-                written = None
-                if pacer.automatic:
-                    now_wal = _wal_position(conn)
-                    if now_wal is not None and wal is not None:
-                        written = now_wal - wal
-                    wal = now_wal
-                wait = pacer.wait_after(took, written, _clock() - wal_at)
-                wal_at = _clock()
-                if wait:
-                    stop.wait(wait)
-            if pending is not None:
-                collect(pending.result())
+                    collect(pending.result())
         except psycopg.OperationalError as exc:
             raise DatabaseUnavailableError(
                 f"the audit lost its connection: {str(exc).strip()}. Fix: check the server "
@@ -643,6 +661,8 @@ def audit(
             ) from exc
         finally:
             pool.shutdown(wait=True, cancel_futures=True)
+    if "cgroup" in report.priority + report.backend_priority:
+        _priority.release_idle_group()
     report.seconds = datetime.now().timestamp() - started
     report.paused_seconds = pacer.waited
     return report
