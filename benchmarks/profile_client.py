@@ -173,9 +173,14 @@ def run(args: argparse.Namespace) -> None:
         proxy_port, stop_proxy = delay_proxy.start(unix=unix, host=host, port=port, rtt_ms=1.0)
         dsn = make_conninfo(dsn, host="127.0.0.1", port=str(proxy_port))
     sync = args.mode == "sync"
+    kwargs = dict(b.PEER_POOL_KWARGS)
+    kwargs["prepare_threshold"] = (
+        None if args.prepare_threshold.lower() == "none" else int(args.prepare_threshold)
+    )
     meta = {
         "side": args.side, "mode": args.mode, "c": args.concurrency, "net": args.net,
         "src": str(Path(langgraph_deterministic.__file__).parents[1]),
+        "prepare_threshold": kwargs["prepare_threshold"],
         "load": os.getloadavg()[0],
     }  # fmt: skip
 
@@ -208,7 +213,7 @@ def run(args: argparse.Namespace) -> None:
     if sync:
         pool: Any = ConnectionPool(
             dsn, min_size=args.pool_size, max_size=args.pool_size,
-            kwargs=b.PEER_POOL_KWARGS, open=False,
+            kwargs=kwargs, open=False,
         )  # fmt: skip
         pool.open(wait=True, timeout=30)
         graph = graph_for(pool)
@@ -241,7 +246,7 @@ def run(args: argparse.Namespace) -> None:
         async def main() -> None:
             apool: Any = AsyncConnectionPool(
                 dsn, min_size=args.pool_size, max_size=args.pool_size,
-                kwargs=b.PEER_POOL_KWARGS, open=False,
+                kwargs=kwargs, open=False,
             )  # fmt: skip
             await apool.open(wait=True, timeout=30)
             graph = graph_for(apool)
@@ -298,6 +303,10 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--net", choices=("direct", "1ms"), default="direct")
     r.add_argument("--pool-size", type=int, default=10)
     r.add_argument("--buffer-writes", type=float, default=0.05, help="ours' write window")
+    r.add_argument(
+        "--prepare-threshold", default="0",
+        help="the pool's prepare_threshold (LangGraph's 0; 'none': never prepare)",
+    )  # fmt: skip
     r.add_argument("--cprofile", default=None, help="write a merged cProfile here")
     r.add_argument("--src", default=None, help="import langgraph_deterministic from here")
     args = parser.parse_args(argv)
