@@ -15,16 +15,30 @@ Needs the base's ``put``/``put_writes`` to take the same arguments as the workin
 
 Run: ``python benchmarks/ab_put_path.py --base main [--runs 10] [--reps 8]``
 (``--database-url``, else an embedded Postgres as bench_graph.py uses).
+
+``--replay``: the server side alone. Records the batches this tree sends for one graph
+run, then sends them again (fresh thread, run and attempt ids each time) from one
+connection per variant, alternating rep by rep: no LangGraph, so the client barely loads
+the machine. A variant is this tree's SQL with text swapped (``--swap
+v6=lgd_put_checkpoint_v7:lgd_put_checkpoint_v6`` sends every put to the older function);
+``--install FILE`` creates experimental functions first. Printed per run: the backend's
+CPU, and the server's WAL records, bytes and full-page images (``pg_stat_wal``, PG 14+)
+and commits (``pg_stat_database``); only one variant runs at a time, so the server-wide
+counters are the variant's (plus autovacuum's).
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import json
+import os
 import statistics
 import subprocess
 import sys
 import time
 import types
+import uuid
 from collections import defaultdict
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -44,6 +58,7 @@ else:
     from .harness import process_cpu_s
 
 import psycopg
+from psycopg.types.json import Jsonb
 
 from devtools.postgres import ensure_database_url
 from langgraph_deterministic import DeterministicSaver
@@ -71,6 +86,151 @@ def base_core(rev: str) -> types.ModuleType:
     return module
 
 
+# --- replay: the server side alone -------------------------------------------------------
+
+
+def record_run(graph: Any) -> list[Any]:
+    """The batches one sync graph run of this tree sends, in order."""
+    from langgraph_deterministic.checkpointer import _drivers, saver
+
+    batches: list[Any] = []
+    execute = _drivers.execute
+
+    def recording(conn: Any, batch: Any) -> Any:
+        batches.append(batch)
+        return execute(conn, batch)
+
+    saver.execute = recording  # type: ignore[attr-defined]
+    try:
+        config = b.graph_config("ours")
+        graph.invoke(b.graph_input(), config, durability="sync")
+    finally:
+        saver.execute = execute  # type: ignore[attr-defined]
+    return batches
+
+
+def _swapped(value: Any, swaps: dict[str, str]) -> Any:
+    if isinstance(value, str):
+        for old, new in swaps.items():
+            value = value.replace(old, new)
+        return value
+    if isinstance(value, dict):
+        return {_swapped(k, swaps): _swapped(v, swaps) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return type(value)(_swapped(v, swaps) for v in value)
+    if isinstance(value, Jsonb):
+        return Jsonb(_swapped(value.obj, swaps), value.dumps)
+    return value
+
+
+def replay_batches(batches: list[Any], ids: dict[str, str], sql_swaps: dict[str, str]) -> list[Any]:
+    """``batches`` with the run's ids (``ids``: old -> new) swapped in their parameters and
+    ``sql_swaps`` in their SQL."""
+    out = []
+    for batch in batches:
+        statements = tuple(
+            dataclasses.replace(st, sql=_swapped(st.sql, sql_swaps), params=_swapped(st.params, ids))
+            for st in batch.statements
+        )
+        out.append(dataclasses.replace(batch, statements=statements))
+    return out
+
+
+def replay(args: argparse.Namespace, url: str) -> None:
+    from langgraph_deterministic.checkpointer import _drivers
+
+    with DeterministicSaver(url) as first:
+        first.setup()
+    admin = psycopg.connect(url, autocommit=True)
+    for path in args.install:
+        admin.execute(Path(path).read_text())
+    conn = psycopg.connect(url, **b.PEER_POOL_KWARGS)
+    graph = b.build_graph(False).compile(checkpointer=DeterministicSaver(conn))
+    graph.invoke(b.graph_input(), b.graph_config("ours"), durability="sync")  # warm up
+    batches = record_run(graph)
+    conn.close()
+    head = next(st.params for bt in batches for st in bt.statements
+                if isinstance(st.params, dict) and "attempt" in st.params)  # fmt: skip
+    old_ids = {"thread": head["thread_id"], "run": head["run_id"], "attempt": head["attempt"]}
+    variants: dict[str, dict[str, str]] = {"this tree": {}}
+    for spec in args.swap:
+        name, _, pairs = spec.partition("=")
+        variants[name] = dict(p.split(":", 1) for p in pairs.split(","))
+    for path in args.swaps_json:  # {"variant": {"old SQL text": "new SQL text", ...}, ...}
+        variants.update(json.loads(Path(path).read_text()))
+    conns = {name: psycopg.connect(url, **b.PEER_POOL_KWARGS) for name in variants}
+    pids = {name: c.info.backend_pid for name, c in conns.items()}
+    print(f"# replay of one graph run ({len(batches)} batches, "
+          f"{sum(len(bt.statements) for bt in batches)} statements); backend pids {pids}")  # fmt: skip
+
+    def counters(name: str) -> tuple[float, ...]:
+        # A backend sends its statistics at most once a second unless told to at its next
+        # transaction's end: flushed so, the server-wide counters include all it did.
+        if admin.info.server_version >= 150000:  # else up to a second behind
+            conns[name].execute("SELECT pg_stat_force_next_flush()")
+        conns[name].execute("SELECT 1")
+        admin.execute("SELECT pg_stat_clear_snapshot()")
+        row = admin.execute(
+            "SELECT w.wal_records, pg_current_wal_insert_lsn() - '0/0'::pg_lsn, w.wal_fpi,"
+            " d.xact_commit FROM pg_stat_wal w, pg_stat_database d"
+            " WHERE d.datname = current_database()"
+        ).fetchone()
+        assert row is not None
+        return tuple(float(x) for x in row)
+
+    def one_sample(name: str, n: int) -> tuple[float, ...]:
+        runs = []
+        for _ in range(n):
+            suffix = uuid.uuid4().hex
+            ids = {v: f"{v}-{suffix}" if k != "attempt" else suffix[:32] for k, v in old_ids.items()}
+            runs.append(replay_batches(batches, ids, variants[name]))
+        c0 = counters(name)
+        s0 = process_cpu_s([pids[name]])
+        for run in runs:
+            for batch in run:
+                _drivers.execute(conns[name], batch)
+        s1 = process_cpu_s([pids[name]])
+        c1 = counters(name)
+        assert s0 is not None and s1 is not None, "server CPU needs a local server"
+        # the counters' own statements: 2 commits and their WAL (none: read-only)
+        c1 = (c1[0], c1[1], c1[2], c1[3] - 2)
+        return ((s1 - s0) * 1e3 / n, *((b1 - a1) / n for a1, b1 in zip(c0, c1, strict=True)))
+
+    if args.prefill:  # tables and indexes of a steady size (a fresh btree is one page high)
+        with psycopg.connect(url, **b.PEER_POOL_KWARGS) as fill:
+            for _ in range(args.prefill):
+                suffix = uuid.uuid4().hex
+                ids = {v: f"{v}-{suffix}" if k != "attempt" else suffix[:32]
+                       for k, v in old_ids.items()}  # fmt: skip
+                for batch in replay_batches(batches, ids, {}):
+                    _drivers.execute(fill, batch)
+    for name in variants:
+        one_sample(name, 3)  # warm up: plpgsql compiled, statements prepared
+    samples: dict[str, list[tuple[float, ...]]] = defaultdict(list)
+    for rep in range(args.reps):
+        for name in list(variants) if rep % 2 == 0 else list(reversed(variants)):
+            samples[name].append(one_sample(name, args.runs))
+    print(f"# {args.reps} alternating reps x {args.runs} replayed runs; load average "
+          f"{os.getloadavg()[0]:.2f}; per run:")  # fmt: skip
+    print(f"{'variant':<16} {'server ms':>10} {'quartiles':>13} {'WAL recs':>9} {'WAL KB':>8} "
+          f"{'FPI':>6} {'commits':>8}")  # fmt: skip
+    first = None
+    for name in variants:
+        srv = sorted(x[0] for x in samples[name])
+        med = [statistics.median(x[i] for x in samples[name]) for i in range(5)]
+        print(f"{name:<16} {med[0]:>10.3f} {srv[len(srv) // 4]:>6.2f}-{srv[(3 * len(srv)) // 4]:<6.2f}"
+              f" {med[1]:>9.1f} {med[2] / 1024:>8.1f} {med[3]:>6.1f} {med[4]:>8.1f}")  # fmt: skip
+        if first is None:
+            first = name
+        else:
+            pairs = list(zip(samples[name], samples[first], strict=True))
+            d = sorted(a[0] - c[0] for a, c in pairs)
+            print(f"{'  paired diff':<16} {statistics.median(d):>+10.3f} "
+                  f"{d[len(d) // 4]:>+6.2f}..{d[(3 * len(d)) // 4]:<+6.2f} (vs {first})")  # fmt: skip
+    for c in [*conns.values(), admin]:
+        c.close()
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--base", default="main", help="git revision to compare with")
@@ -81,11 +241,28 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="DeterministicSaver(buffer_writes=...): raise it under valgrind")
     parser.add_argument("--eager-release", action="store_true",
                         help="also this tree with a release that waits for the WAL flush")
+    parser.add_argument("--replay", action="store_true",
+                        help="the server side alone: replay one recorded run per variant")
+    parser.add_argument("--swap", action="append", default=[],
+                        help="--replay variant NAME=OLD:NEW[,OLD:NEW]: this tree's SQL, swapped")
+    parser.add_argument("--swaps-json", action="append", default=[],
+                        help="--replay variants from a JSON file: {name: {old: new, ...}}")
+    parser.add_argument("--prefill", type=int, default=0,
+                        help="--replay: runs replayed first, so tables and indexes are not tiny")
+    parser.add_argument("--install", action="append", default=[],
+                        help="--replay: an SQL file to run first (experimental functions)")
     args = parser.parse_args(argv)
     server = None
     url = args.database_url
     if url is None:
         url, server = ensure_database_url()
+    if args.replay:
+        try:
+            replay(args, url)
+        finally:
+            if server is not None:
+                server.stop()
+        return 0
     base = base_core(args.base)
 
     def base_put(*put_args: Any, pending: Sequence[Any] = ()) -> Any:
@@ -147,24 +324,36 @@ def main(argv: Sequence[str] | None = None) -> int:
             runs(name, 3)()  # warm up: plpgsql compiled, statements prepared
             counts[name] = trace_counts(conns[name], runs(name, 1))
         samples: dict[str, list[tuple[float, float, float]]] = defaultdict(list)
-        syncs: dict[str, list[float]] = defaultdict(list)
+        syncs: dict[str, list[tuple[float, ...]]] = defaultdict(list)
         admin = psycopg.connect(url, autocommit=True)
 
-        def wal_syncs() -> int:  # WAL fsyncs of the whole server (the walwriter's too)
-            row = admin.execute("SELECT wal_sync FROM pg_stat_wal").fetchone()
-            return int(row[0]) if row else 0
+        flush_stats = admin.info.server_version >= 150000  # pg_stat_force_next_flush()
+
+        def wal_counts(name: str) -> tuple[float, ...]:
+            """Server-wide WAL fsyncs (the walwriter's too), WAL records and bytes: only
+            one variant runs at a time. Its backend sends its statistics at the end of its
+            next transaction when told to (else at most once a second)."""
+            if flush_stats:
+                conns[name].execute("SELECT pg_stat_force_next_flush()")
+            admin.execute("SELECT pg_stat_clear_snapshot()")
+            row = admin.execute(
+                "SELECT wal_sync, wal_records, pg_current_wal_insert_lsn() - '0/0'::pg_lsn"
+                " FROM pg_stat_wal"
+            ).fetchone()
+            return tuple(float(x) for x in row) if row else (0.0, 0.0, 0.0)
 
         for rep in range(args.reps):
             order = list(variants) if rep % 2 == 0 else list(reversed(variants))
             for name in order:
                 use(name)
                 go = runs(name, args.runs)
-                w0 = wal_syncs()
+                w0 = wal_counts(name)
                 s0, c0 = process_cpu_s([pids[name]]), time.process_time()
                 t0 = time.perf_counter()
                 go()
                 t1, c1, s1 = time.perf_counter(), time.process_time(), process_cpu_s([pids[name]])
-                syncs[name].append((wal_syncs() - w0) / args.runs)
+                w1 = wal_counts(name)
+                syncs[name].append(tuple((b1 - a1) / args.runs for a1, b1 in zip(w0, w1, strict=True)))
                 assert s0 is not None and s1 is not None, "server CPU needs a local server"
                 per = 1e3 / args.runs
                 samples[name].append(((c1 - c0) * per, (s1 - s0) * per, (t1 - t0) * per))
@@ -172,7 +361,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             setattr(_core, attr, fn)
         print(f"{'variant':<16} {'client ms':>10} {'server ms':>10} {'srv spread':>12} "
               f"{'rt':>4} {'stmts':>6} {'parse':>6} {'KB out':>7} {'wall ms':>8} "
-              f"{'fsyncs':>6}")  # fmt: skip
+              f"{'fsyncs':>6} {'WAL recs':>8} {'WAL KB':>7}")  # fmt: skip
         first = None
         for name in variants:
             cli = statistics.median(x[0] for x in samples[name])
@@ -182,7 +371,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             k = counts[name]
             print(f"{name:<16} {cli:>10.2f} {srv:>10.2f} {srvs[0]:>5.2f}-{srvs[-1]:<6.2f} "
                   f"{k['rt']:>4.0f} {k['stmts']:>6.0f} {k['parse']:>6.0f} {k['kb_out']:>7.1f} "
-                  f"{wall:>8.2f} {statistics.median(syncs[name]):>6.1f}")  # fmt: skip
+                  f"{wall:>8.2f} {statistics.median(x[0] for x in syncs[name]):>6.1f} "
+                  f"{statistics.median(x[1] for x in syncs[name]):>8.1f} "
+                  f"{statistics.median(x[2] for x in syncs[name]) / 1024:>7.1f}")  # fmt: skip
             if first is None:
                 first = name
             else:  # paired by rep: the two samples of a rep ran back to back

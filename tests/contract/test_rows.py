@@ -503,7 +503,8 @@ def test_the_lease_costs_two_statements_and_one_round_trip_per_run(db: str) -> N
     so no lease, policy "warn") differ by exactly one round trip (the release when the call
     returns) and two statements (lgd_admit_v3 in the head read's pipeline, the release);
     every superstep's batches are the same, statement for statement (the renewal rides
-    inside lgd_put_checkpoint_v6, the lease check inside the pending writes' INSERT)."""
+    inside lgd_put_checkpoint_v6, the lease check too for the pending writes riding in its
+    transaction, inside their INSERT for the others)."""
     from langgraph_deterministic.checkpointer import _batch
     from langgraph_deterministic.checkpointer._drivers import execute as _execute
 

@@ -303,6 +303,28 @@ def test_a_puts_blobs_beyond_rows_max_go_in_statements_of_their_own() -> None:
     assert sent == list(values)
 
 
+def test_writes_riding_with_their_put_leave_the_lease_check_to_it() -> None:
+    """Pending writes sent before their checkpoint's child, in its transaction, skip their
+    own lease probe (the put's lgd_put_checkpoint_v6 checks the same lease later in the
+    same transaction); the chain fence stays. Sent alone, they keep both."""
+    config = graph_config(checkpoint_id="c1", attempt="att-1")
+    contract = RunContract()
+    pending = []
+    for writes, task in (([("a", 1), ("b", 2)], "task-1"), ([("__error__", "boom")], "task-2")):
+        op = _core.put_writes(CODEC, config, writes, task, "p", contract)
+        pending.extend(next(op).statements)
+    alone = FakeDb()
+    alone.run(_core.put_writes(CODEC, config, [("a", 1)], "task-1", "p", contract))
+    assert alone.names() == [["guarded_writes"]]
+    assert "lgd_leases" in alone.batches[0].statements[0].sql
+    db = FakeDb()
+    db.run(_core.put(CODEC, config, _checkpoint({}), {}, {}, contract, pending=pending))
+    assert db.names() == [["riding_writes", "riding_write", "guarded_put_checkpoint"]]
+    riders = db.batches[0].statements[:2]
+    assert all("lgd_leases" not in st.sql and "lgd_fence_writes_v7" in st.sql for st in riders)
+    assert [st.params for st in riders] == [st.params for st in pending]
+
+
 def test_regular_writes_go_in_one_fenced_statement_special_ones_one_per_row() -> None:
     config = graph_config(checkpoint_id="c1", attempt="att-1")
     db = FakeDb()
@@ -389,7 +411,7 @@ def test_duplicate_command_is_refused_and_its_attempt_barred_from_the_checkpoint
 
 
 def test_a_refused_attempts_later_writes_are_refused_again() -> None:
-    """Its next pending writes hit the 'refused:' slot (lgd_fence_writes_v6 raises LG412):
+    """Its next pending writes hit the 'refused:' slot (lgd_fence_writes_v7 raises LG412):
     refused the same way; barring again is a no-op (ON CONFLICT DO NOTHING)."""
     config = graph_config(checkpoint_id="c1", attempt="att-2")
     db = FakeDb().on(

@@ -13,6 +13,7 @@ of its fencing statement, and a graph run's load asks it whether the run may sta
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import re
 import secrets
@@ -560,7 +561,7 @@ def put(
     name, params = (
         ("upsert_checkpoint", row) if guard is None else ("guarded_put_checkpoint", {**row, **guard})
     )
-    statements = list(pending)
+    statements = list(pending) if guard is None else [_riding(st) for st in pending]
     blob_chunks = _chunks(blob_rows)
     shared = {"thread_id": thread_id, "checkpoint_ns": ns}
     statements.extend(
@@ -579,6 +580,26 @@ def put(
     if contract.enforced:
         carry_run_id(info, stored_config)
     return stored_config
+
+
+def _riding(statement: Statement) -> Statement:
+    """A fenced pending write sent before its checkpoint's child in the child's
+    transaction, without its own lease check: the child's lgd_put_checkpoint_v6 checks the
+    same lease later in that transaction and refuses (LG413) what it would, rolling the
+    writes back with it. The chain fence stays: its LG410/LG412 must come first."""
+    sql = _riders().get(statement.sql)
+    return statement if sql is None else dataclasses.replace(statement, sql=sql)
+
+
+@cache
+def _riders() -> dict[str, str]:
+    q = queries()
+    riders = {q["guarded_write"]: q["riding_write"]}
+    for n in range(1, ROWS_MAX + 1):
+        riders[_rows_sql("guarded_writes", "write_row", n)] = _rows_sql(
+            "riding_writes", "write_row", n
+        )
+    return riders
 
 
 #: Rows per multi-row statement (insert_blobs, insert_writes, guarded_writes): more rows

@@ -10,6 +10,7 @@
 --   legacy: lgd_guard_put_v3, lgd_put_checkpoint_v3, lgd_refuse_leased_v3,
 --   legacy: lgd_guard_put_v5, lgd_put_checkpoint_v5
 --   legacy: lgd_journal_store_v2
+--   legacy: lgd_fence_writes_v6, lgd_refuse_v6
 
 -- == The peer's tables (langgraph-checkpoint-postgres, its migration v9) ================
 
@@ -188,7 +189,8 @@ CREATE INDEX lgd_repairs_thread_idx ON lgd_repairs (thread_id);
 
 -- == Functions ============================================================================
 -- Each under the migration that added it, where its comments say why. The commit-time
--- arbitration of the retry contract is the _v6 group (0016_pre_arbitration_v6.sql).
+-- arbitration of the retry contract is the _v6 group (0016_pre_arbitration_v6.sql), its
+-- pending writes' fence the _v7 pair (0023_pre_pending_fence_v7.sql).
 
 -- migration 0012_pre_durable_journal
 CREATE OR REPLACE FUNCTION lgd_journal_lost_v1(
@@ -604,14 +606,6 @@ END
 $$;
 
 -- migration 0016_pre_arbitration_v6
-CREATE OR REPLACE FUNCTION lgd_refuse_v6(p_code TEXT, p_message TEXT, p_detail TEXT)
-RETURNS boolean LANGUAGE plpgsql COST 1000 AS $$
-BEGIN
-    RAISE EXCEPTION '%', p_message USING ERRCODE = p_code, DETAIL = p_detail;
-END
-$$;
-
--- migration 0016_pre_arbitration_v6
 CREATE OR REPLACE FUNCTION lgd_put_checkpoint_v6(
     p_thread TEXT, p_ns TEXT, p_id TEXT, p_parent TEXT, p_checkpoint JSONB, p_metadata JSONB,
     p_run TEXT, p_attempt TEXT, p_fingerprint TEXT, p_ledger BOOLEAN, p_branch BOOLEAN,
@@ -749,21 +743,35 @@ BEGIN
 END
 $$;
 
--- migration 0016_pre_arbitration_v6
-CREATE OR REPLACE FUNCTION lgd_fence_writes_v6(
+-- migration 0023_pre_pending_fence_v7
+CREATE OR REPLACE FUNCTION lgd_fence_writes_v7(
     p_child TEXT, p_child_run TEXT, p_child_attempt TEXT, p_attempt TEXT, p_checkpoint TEXT,
     p_ns TEXT
-) RETURNS boolean LANGUAGE sql COST 1000 AS $$
-    SELECT CASE
-        WHEN p_child_attempt IS NOT DISTINCT FROM p_attempt AND p_child LIKE 'refused:%'
-            THEN lgd_refuse_v6('LG412', 'lgd: command delivered twice',
-                               format('this attempt was refused at checkpoint %s', p_checkpoint))
-        WHEN p_child_attempt IS NOT DISTINCT FROM p_attempt OR p_child LIKE 'refused:%'
-            THEN false
-        ELSE lgd_refuse_v6('LG410', 'lgd: checkpoint already continued by another attempt',
-                           format('checkpoint %s in namespace %L was already continued by checkpoint %s of run %s',
-                                  p_checkpoint, p_ns, p_child, coalesce(p_child_run, '(no run id)')))
-    END
+) RETURNS boolean LANGUAGE plpgsql COST 1000 AS $$
+BEGIN
+    IF p_child_attempt IS NOT DISTINCT FROM p_attempt AND p_child LIKE 'refused:%' THEN
+        RAISE EXCEPTION 'lgd: command delivered twice'
+            USING ERRCODE = 'LG412',
+                  DETAIL = format('this attempt was refused at checkpoint %s', p_checkpoint);
+    END IF;
+    IF p_child_attempt IS NOT DISTINCT FROM p_attempt OR p_child LIKE 'refused:%' THEN
+        RETURN false;
+    END IF;
+    RAISE EXCEPTION 'lgd: checkpoint already continued by another attempt'
+        USING ERRCODE = 'LG410',
+              DETAIL = format('checkpoint %s in namespace %L was already continued by checkpoint %s of run %s',
+                              p_checkpoint, p_ns, p_child, coalesce(p_child_run, '(no run id)'));
+END
+$$;
+
+-- migration 0023_pre_pending_fence_v7
+CREATE OR REPLACE FUNCTION lgd_refuse_leased_v7(p_holder TEXT, p_thread TEXT, p_outcome TEXT)
+RETURNS boolean LANGUAGE plpgsql COST 1000 AS $$
+BEGIN
+    RAISE EXCEPTION 'lgd: thread leased by another run'
+        USING ERRCODE = 'LG413',
+              DETAIL = format('run %s holds thread %s (%s)', p_holder, p_thread, p_outcome);
+END
 $$;
 
 -- == Versions =============================================================================
@@ -790,4 +798,5 @@ INSERT INTO langgraph_deterministic_migrations (version, name, phase) VALUES
     (18, 'blob_lz4', 'pre'),
     (20, 'journal_store_v3', 'pre'),
     (21, 'journal_admit', 'pre'),
-    (22, 'lz4_checkpoints_writes', 'pre');
+    (22, 'lz4_checkpoints_writes', 'pre'),
+    (23, 'pending_fence_v7', 'pre');
