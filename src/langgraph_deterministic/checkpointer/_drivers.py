@@ -46,11 +46,11 @@ def execute(conn: Connection[Any], batch: Batch) -> Results:
     # Postgres rolls them all back. That is the atomicity we need, in one round trip;
     # psycopg's transaction() inside a pipeline would add three more syncs (BEGIN, COMMIT,
     # exit). Only a batch that sets an isolation level needs an explicit transaction.
-    in_callers_pipeline = in_pipeline(conn)
+    in_callers_pipeline = batch.isolation is not None and in_pipeline(conn)
     fetching: list[psycopg.Cursor[Any]] = []
     shared: psycopg.Cursor[Any] | None = None
     with conn.pipeline() as pipe:
-        if batch.isolation and in_callers_pipeline:
+        if in_callers_pipeline:
             pipe.sync()  # see in_pipeline
         with transaction(conn, batch) if batch.isolation else nullcontext():
             for st, params in _merged(statements):
@@ -58,7 +58,7 @@ def execute(conn: Connection[Any], batch: Batch) -> Results:
                     cur = conn.cursor(binary=True, row_factory=tuple_row)
                     fetching.append(cur)
                 elif shared is None:
-                    cur = shared = conn.cursor(binary=True, row_factory=tuple_row)
+                    cur = shared = _writer(conn)
                 else:
                     cur = shared
                 if st.many:
@@ -91,11 +91,11 @@ async def aexecute(conn: AsyncConnection[Any], batch: Batch) -> Results:
                 results.append(await cur.fetchall() if st.fetch else None)
         return results
     # One implicit transaction per pipeline sync; see execute.
-    in_callers_pipeline = in_pipeline(conn)
+    in_callers_pipeline = batch.isolation is not None and in_pipeline(conn)
     fetching: list[psycopg.AsyncCursor[Any]] = []
     shared: psycopg.AsyncCursor[Any] | None = None
     async with conn.pipeline() as pipe:
-        if batch.isolation and in_callers_pipeline:
+        if in_callers_pipeline:
             await pipe.sync()  # see in_pipeline
         async with atransaction(conn, batch) if batch.isolation else nullcontext():
             for st, params in _merged(statements):
@@ -103,7 +103,7 @@ async def aexecute(conn: AsyncConnection[Any], batch: Batch) -> Results:
                     acur = conn.cursor(binary=True, row_factory=tuple_row)
                     fetching.append(acur)
                 elif shared is None:
-                    acur = shared = conn.cursor(binary=True, row_factory=tuple_row)
+                    acur = shared = _awriter(conn)
                 else:
                     acur = shared
                 if st.many:
@@ -140,6 +140,31 @@ def _merged(statements: Sequence[Statement]) -> Iterator[tuple[Statement, Any]]:
             params.extend(statements[i].params)
             i += 1
         yield st, params
+
+
+# The cursor of a connection's statements that fetch nothing, kept on the connection (an
+# attribute of ours: in a dict it would keep the connection alive, a cursor refers to its
+# connection): a new cursor per batch copies the adapters map and looks every parameter's
+# dumper up again. Between batches it holds only command statuses (fetching statements
+# get cursors of their own, dropped with their rows); a connection runs one batch at a
+# time (a pool's checkout, or the saver's lock on a shared connection).
+_WRITER = "_lgd_writer"
+
+
+def _writer(conn: Connection[Any]) -> psycopg.Cursor[Any]:
+    cur: psycopg.Cursor[Any] | None = getattr(conn, _WRITER, None)
+    if cur is None or cur.closed:
+        cur = conn.cursor(binary=True, row_factory=tuple_row)
+        setattr(conn, _WRITER, cur)
+    return cur
+
+
+def _awriter(conn: AsyncConnection[Any]) -> psycopg.AsyncCursor[Any]:
+    cur: psycopg.AsyncCursor[Any] | None = getattr(conn, _WRITER, None)
+    if cur is None or cur.closed:
+        cur = conn.cursor(binary=True, row_factory=tuple_row)
+        setattr(conn, _WRITER, cur)
+    return cur
 
 
 _SQL_BYTES: dict[str, bytes] = {}

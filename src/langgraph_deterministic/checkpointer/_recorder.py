@@ -133,6 +133,11 @@ def find_recorder(config: RunnableConfig) -> RunInputRecorder | None:
     callbacks = config.get("callbacks")
     if not callbacks:
         return None
+    if type(callbacks) is list:  # run_config's own list, on every saver call of its run
+        for handler in reversed(callbacks):
+            if isinstance(handler, RunInputRecorder):
+                return handler
+        return None
     if isinstance(callbacks, list | tuple):
         handlers: Iterable[Any] = callbacks
     else:

@@ -41,6 +41,7 @@ names below are re-exported here, the module's public path.
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import json
 import logging
@@ -471,21 +472,15 @@ class RunContract:
             if k != "writes"
         }
 
-        def copy(source: Mapping[str, Any] | None, allowed: frozenset[str] | None) -> None:
-            for key, value in (source or {}).items():
-                if key in stored or key in EXCLUDED_METADATA_KEYS or key.startswith("__"):
-                    continue
-                if allowed is not None and key not in allowed:
-                    continue
-                if key not in self.metadata_keys and looks_secret(key, value):
-                    continue
-                if isinstance(value, str):
-                    stored[key] = value.replace("\u0000", "")
-                elif isinstance(value, bool | int | float):
-                    stored[key] = value
-
-        copy(config.get("metadata"), None)
-        copy(config.get("configurable"), self.metadata_keys)
+        _copy_metadata(stored, (config.get("metadata") or {}).items(), self.metadata_keys)
+        # Only allow-listed configurable keys: look those up (a graph run's configurable
+        # holds a score of LangGraph's own keys, none of them copied).
+        configurable = config.get("configurable") or {}
+        _copy_metadata(
+            stored,
+            [(k, configurable[k]) for k in self.metadata_keys if k in configurable],
+            self.metadata_keys,
+        )
         if info.run_id is not None:
             stored[RUN_ID_KEY] = info.run_id
         if info.fingerprint is not None and info.root:
@@ -614,6 +609,22 @@ class RunContract:
         }
 
 
+def _copy_metadata(
+    stored: dict[str, Any], items: Iterable[tuple[str, Any]], metadata_keys: frozenset[str]
+) -> None:
+    """Copy ``items`` into a metadata row: new keys only, no LangGraph-internal ones, no
+    secret-looking ones unless allow-listed, str/bool/int/float values only."""
+    for key, value in items:
+        if key in stored or key in EXCLUDED_METADATA_KEYS or key.startswith("__"):
+            continue
+        if key not in metadata_keys and looks_secret(key, value):
+            continue
+        if isinstance(value, str):
+            stored[key] = value.replace("\u0000", "")
+        elif isinstance(value, bool | int | float):
+            stored[key] = value
+
+
 #: A parent checkpoint as ``guard_put`` reads it: its run id and its checkpoint JSON.
 ParentRow = tuple[str | None, Mapping[str, Any]]
 
@@ -646,6 +657,12 @@ def head_mark(
 def _parse_head(value: Any) -> tuple[str, str | None, str] | None:
     if not isinstance(value, str):
         return None
+    return _parse_head_text(value)
+
+
+@functools.lru_cache(maxsize=256)
+def _parse_head_text(value: str) -> tuple[str, str | None, str] | None:
+    """Parsed once per graph run: every root write of the run carries the same HEAD_KEY."""
     try:
         checkpoint_id, run, digest = json.loads(value)
     except ValueError:

@@ -480,7 +480,28 @@ class DeterministicSaver(BaseCheckpointSaver[str]):
 
     # -- running operations ----------------------------------------------------------
 
+    # A call on a pool checks a connection out and back in directly: pool.connection()
+    # would add two context managers and a commit() per call, a no-op on an autocommit
+    # connection (putconn rolls back any transaction left open, as that commit's rollback
+    # on error would). Client CPU: every call of a graph run pays it.
+
     def _run(self, operation: Operation[T] | OnSession[T]) -> T:
+        pool = self._pool
+        if pool is not None and not self._closed:
+            try:
+                conn = pool.getconn()
+                try:
+                    if self._check_pool:
+                        _require_autocommit(conn, pool=True)
+                    op = operation(conn.info.backend_pid) if callable(operation) else operation
+                    return run(op, lambda batch: execute(conn, batch))
+                finally:
+                    pool.putconn(conn)
+            except Exception as exc:
+                translated = translate_error(exc)
+                if translated is exc:
+                    raise
+                raise translated from exc
         if not self._has_sync():
             return self._run_on_loop(operation)
         try:
@@ -500,6 +521,22 @@ class DeterministicSaver(BaseCheckpointSaver[str]):
             # Sync-only connection: keep the event loop free by running it in a thread.
             return await asyncio.to_thread(self._run, operation)
         self._loop = asyncio.get_running_loop()
+        pool = self._apool
+        if pool is not None and not self._closed:
+            try:
+                conn = await pool.getconn()
+                try:
+                    if self._check_pool:
+                        _require_autocommit(conn, pool=True)
+                    op = operation(conn.info.backend_pid) if callable(operation) else operation
+                    return await arun(op, lambda batch: aexecute(conn, batch))
+                finally:
+                    await pool.putconn(conn)
+            except Exception as exc:
+                translated = translate_error(exc)
+                if translated is exc:
+                    raise
+                raise translated from exc
         try:
             async with self._aconnection() as conn:
                 op = operation(conn.info.backend_pid) if callable(operation) else operation
