@@ -205,7 +205,8 @@ def test_quoted_defaults_are_the_cli_defaults(capsys: pytest.CaptureFixture[str]
     assert f"run about {RANGE_TARGET_S * 1000:g} ms" in flat
     assert f"`work_mem` {AUDIT_WORK_MEM}" in flat
     assert f"faster than {AUTO_BUSY_WAL_BYTES_PER_S // 1024} KiB/s" in flat
-    assert AUTO_DUTY == 0.5 and "as long as the range took" in flat and "at most half" in flat
+    assert AUTO_DUTY == 0.25 and "three times as long as the range took" in flat
+    assert "at most a quarter of the time" in flat
     assert f"`--duty SHARE` (default {AUTO_DUTY:g})" in flat
     assert main(["audit", "--help"]) == 0
     help_text = " ".join(capsys.readouterr().out.split())

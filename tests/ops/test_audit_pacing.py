@@ -34,8 +34,8 @@ def test_fixed_pause_is_kept_whatever_the_load() -> None:
         Pacer(-1.0)
 
 
-def test_automatic_pace_runs_full_speed_when_quiet_and_halves_the_duty_when_busy() -> None:
-    pacer = Pacer()
+def test_automatic_pace_runs_full_speed_when_quiet_and_keeps_its_duty_when_busy() -> None:
+    pacer = Pacer(duty=0.5)
     busy = int(AUTO_BUSY_WAL_BYTES_PER_S * 2)  # in the 2 s interval below: just busy
     assert pacer.wait_after(0.4, 0, 2.0) == 0.0
     assert pacer.wait_after(0.4, busy - 1, 2.0) == 0.0
@@ -43,6 +43,7 @@ def test_automatic_pace_runs_full_speed_when_quiet_and_halves_the_duty_when_busy
     assert pacer.wait_after(0.1, None, 2.0) == pytest.approx(0.1)  # WAL unreadable: careful
     assert pacer.busy_ranges == 2 and pacer.waited == pytest.approx(0.5)
     assert Pacer(duty=0.25).wait_after(0.1, busy, 2.0) == pytest.approx(0.3)
+    assert Pacer().wait_after(0.1, busy, 2.0) == pytest.approx(0.3)  # the default: 0.25
 
 
 def test_the_pace_says_when_to_assume_live_workers() -> None:

@@ -81,7 +81,7 @@ def add_parsers(sub: Any) -> None:
     a.add_argument(
         "--duty", type=_duty, default=None, metavar="SHARE",
         help="automatic pace: the share of the time the scan may run beside live workers "
-        "(default 0.5; lower is gentler and slower)",
+        "(default 0.25; lower is gentler and slower)",
     )  # fmt: skip
     a.add_argument(
         "--priority", choices=("idle", "normal"), default="idle",
