@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Iterator, Sequence
 from contextlib import asynccontextmanager, contextmanager, nullcontext
-from typing import Any
+from typing import Any, overload
 
 import psycopg
 from psycopg import AsyncConnection, Connection
@@ -103,7 +103,7 @@ async def aexecute(conn: AsyncConnection[Any], batch: Batch) -> Results:
                     acur = conn.cursor(binary=True, row_factory=tuple_row)
                     fetching.append(acur)
                 elif shared is None:
-                    acur = shared = _awriter(conn)
+                    acur = shared = _writer(conn)
                 else:
                     acur = shared
                 if st.many:
@@ -151,16 +151,15 @@ def _merged(statements: Sequence[Statement]) -> Iterator[tuple[Statement, Any]]:
 _WRITER = "_lgd_writer"
 
 
-def _writer(conn: Connection[Any]) -> psycopg.Cursor[Any]:
-    cur: psycopg.Cursor[Any] | None = getattr(conn, _WRITER, None)
-    if cur is None or cur.closed:
-        cur = conn.cursor(binary=True, row_factory=tuple_row)
-        setattr(conn, _WRITER, cur)
-    return cur
-
-
-def _awriter(conn: AsyncConnection[Any]) -> psycopg.AsyncCursor[Any]:
-    cur: psycopg.AsyncCursor[Any] | None = getattr(conn, _WRITER, None)
+@overload
+def _writer(conn: Connection[Any]) -> psycopg.Cursor[Any]: ...
+@overload
+def _writer(conn: AsyncConnection[Any]) -> psycopg.AsyncCursor[Any]: ...
+def _writer(
+    conn: Connection[Any] | AsyncConnection[Any],
+) -> psycopg.Cursor[Any] | psycopg.AsyncCursor[Any]:
+    # opening a cursor does no I/O, on either kind of connection
+    cur: psycopg.Cursor[Any] | psycopg.AsyncCursor[Any] | None = getattr(conn, _WRITER, None)
     if cur is None or cur.closed:
         cur = conn.cursor(binary=True, row_factory=tuple_row)
         setattr(conn, _WRITER, cur)
