@@ -593,13 +593,25 @@ def _riding(statement: Statement) -> Statement:
 
 @cache
 def _riders() -> dict[str, str]:
-    q = queries()
-    riders = {q["guarded_write"]: q["riding_write"]}
+    riders = {_block("guarded_write"): _block("riding_write")}
     for n in range(1, ROWS_MAX + 1):
         riders[_rows_sql("guarded_writes", "write_row", n)] = _rows_sql(
             "riding_writes", "write_row", n
         )
     return riders
+
+
+#: Blocks composed of another: riding_write(s) are guarded_write(s) without the lease probe.
+_RIDING = {"riding_write": "guarded_write", "riding_writes": "guarded_writes"}
+
+
+@cache
+def _block(name: str) -> str:
+    """A queries.sql block, its ``{lease_probe}`` (guarded_write, guarded_writes) filled
+    with the block lease_probe, or left empty for their riding twins (see _riding)."""
+    q = queries()
+    text = q[_RIDING.get(name, name)]
+    return text.replace("{lease_probe}", "" if name in _RIDING else " " + q["lease_probe"])
 
 
 #: Rows per multi-row statement (insert_blobs, insert_writes, guarded_writes): more rows
@@ -618,7 +630,7 @@ def _rows_sql(block: str, row: str, n: int) -> str:
     parameters of the i-th copy suffixed ``_i`` (see :func:`_numbered`)."""
     template = queries()[row]
     values = ",\n".join(_PARAM.sub(rf"%(\1_{i})s", template) for i in range(n))
-    return queries()[block].replace("{rows}", values)
+    return _block(block).replace("{rows}", values)
 
 
 @cache
@@ -677,7 +689,7 @@ def put_writes(
         shared.update(slot=guard["slot"], attempt=guard["attempt"], run_id=guard["run_id"])
     if special:
         one = {**shared, "replace": True} if guard is not None else shared
-        sql = queries()["upsert_write" if guard is None else "guarded_write"]
+        sql = _block("upsert_write" if guard is None else "guarded_write")
         statements.append(Statement(sql, [{**one, **r} for r in rows], many=True))
     else:
         block = "insert_writes" if guard is None else "guarded_writes"
