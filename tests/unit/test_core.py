@@ -544,7 +544,7 @@ def test_a_journaled_run_is_admitted_by_lgd_journal_admit_v1_in_the_same_round_t
         assert db.names() == [[query, "select_head_with_run"]]
         held = config["callbacks"][0].held
         expected = fence if query == "journal_admit" else None
-        assert held == HeldLease("t1", "r1", attempt, expected)
+        assert held == HeldLease("t1", "r1", attempt, expected, started_empty=True)
 
 
 def test_a_refused_journaled_start_undoes_the_registration_with_the_lease() -> None:
