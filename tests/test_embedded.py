@@ -9,6 +9,7 @@ from a test module is unreliable once subdirectories add their own conftest.py.
 from __future__ import annotations
 
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -265,3 +266,28 @@ def test_tests_that_do_not_ask_for_a_database_never_start_postgres(tmp_path: Pat
     assert "ERROR test_wants_db.py::test_wants_db" in done.stdout, done.stdout
     assert "embedded Postgres must not start" in done.stdout
     assert "1 passed, 1 error" in done.stdout
+
+
+def test_a_holder_that_died_does_not_keep_the_server_running(scratch_dir: Path) -> None:
+    """pgserver stops the server when its last holder lets go, from a list of holders kept
+    in the data directory; a process killed before its exit handlers ran used to stay in
+    that list, and every later start of the directory then left Postgres running."""
+    data_dir = scratch_dir / "pgdata"
+    with start_postgres(data_dir, backend="pgserver"):
+        pass
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()  # its pid names no process now
+    handles = data_dir / ".handle_pids.json"
+    assert handles.exists()  # where pgserver keeps them (the fix reads this file)
+    handles.write_text(f"[{dead.pid}]")
+    try:
+        with start_postgres(data_dir, backend="pgserver") as server:
+            dsn = server.dsn
+            with psycopg.connect(dsn) as conn:
+                assert conn.execute("SELECT 1").fetchone() == (1,)
+        with pytest.raises(psycopg.OperationalError):
+            psycopg.connect(dsn, connect_timeout=2)
+    finally:  # a server this test failed to see stopped must not outlive it
+        pid_file = data_dir / "postmaster.pid"
+        if pid_file.exists():
+            os.kill(int(pid_file.read_text().split()[0]), signal.SIGTERM)

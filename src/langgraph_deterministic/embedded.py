@@ -16,6 +16,8 @@ test suite's launcher for the machine's own binaries lives outside the package
 from __future__ import annotations
 
 import atexit
+import contextlib
+import json
 import os
 import re
 import shutil
@@ -132,11 +134,47 @@ def socket_dsn(socket_dir: Path, port: int, dbname: str = "postgres") -> str:
     return f"postgresql://{SUPERUSER}@/{dbname}?host={host}&port={port}"
 
 
+#: pgserver's record, inside the data directory, of the processes holding the server
+_HANDLES: Final = ".handle_pids.json"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process: alive
+        return True
+    return True
+
+
+def _forget_dead_handles(data: Path) -> None:
+    """Drop the processes that died without letting go of the server from pgserver's
+    list of its holders.
+
+    pgserver stops the server when its last holder lets go, and keeps the list of
+    holders in the data directory. A process killed before its exit handlers ran (a
+    SIGKILL, a crash, a spawned child that was terminated) stays in that list for good:
+    every later start of the same data directory then leaves Postgres running when it
+    stops, since a holder seems to remain.
+    """
+    path = data / _HANDLES
+    try:
+        pids = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return  # no list yet (or not one we understand): nothing to forget
+    if not isinstance(pids, list):
+        return
+    alive = [pid for pid in pids if isinstance(pid, int) and _alive(pid)]
+    if alive != pids:
+        path.write_text(json.dumps(alive))
+
+
 def _launch_pgserver(data: Path) -> tuple[str, Callable[[], None]]:
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # platformdirs warns when XDG_RUNTIME_DIR is unset
-            from pgserver.postgres_server import get_server
+            from pgserver.postgres_server import PostgresServer, get_server
     except ImportError as exc:
         raise ConfigurationError(
             f"the pgserver package is not importable ({exc}). Fix: pip install "
@@ -145,6 +183,10 @@ def _launch_pgserver(data: Path) -> tuple[str, Callable[[], None]]:
         ) from exc
     try:
         data.parent.mkdir(parents=True, exist_ok=True)
+        # pgserver's own inter-process lock guards that list: a process starting the same
+        # data directory at this moment must not lose its entry
+        with getattr(PostgresServer, "_lock", None) or contextlib.nullcontext():
+            _forget_dead_handles(data)
         server: Any = get_server(data, cleanup_mode="stop")
         info: Any = server.get_postmaster_info()
         socket_dir, port = info.socket_dir, info.port

@@ -10,10 +10,12 @@ whose label is in ``{"slow": [...]}`` waits until the gate file exists before fi
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import operator
 import os
 import random
 import time
+import uuid
 from datetime import timedelta
 from typing import Annotated, Any
 
@@ -41,6 +43,9 @@ from langgraph_deterministic.runner import (
 # -- side effects --------------------------------------------------------------------------
 
 _REQ: dict[str, Any] = {}
+#: the handler attempt a side effect ran in: one tag per call of a handler, so that a test
+#: can tell "ran again in a later attempt" (at-least-once) from "ran twice in one attempt"
+_ATTEMPT: contextvars.ContextVar[str] = contextvars.ContextVar("attempt", default="-")
 
 
 def _append(path: str, line: str) -> None:
@@ -54,6 +59,7 @@ def _append(path: str, line: str) -> None:
 async def effect(label: str, req: dict[str, Any]) -> str:
     """A side effect: takes a random while, records itself, returns a value."""
     _append(req["effects"], f"start {label}")
+    _append(req["effects"], f"attempt {label} {_ATTEMPT.get()}")
     await asyncio.sleep(random.random() * 0.03)
     if label in req.get("slow", []):
         while not os.path.exists(req["gate"]):
@@ -684,6 +690,7 @@ async def _run_graph(ctx: restate.Context, shape: str, req: dict[str, Any]) -> d
     if graph is None:
         graph = _BUILT[shape] = GRAPHS[shape]()
     _REQ["current"] = req
+    _ATTEMPT.set(f"{os.getpid()}-{uuid.uuid4().hex[:8]}")  # the tasks of this attempt inherit it
     runner = DeterministicRunner(journal=RestateJournal(ctx))
     # Some shapes reach for the handler's own ctx through the config (see rawctx_graph).
     config = {"configurable": {"handler_ctx": ctx}}
