@@ -43,6 +43,7 @@ from langgraph_deterministic.checkpointer._rows import (
     checkpoint_json,
     config_for,
     load_tuple,
+    metadata_json,
     next_version,
 )
 from langgraph_deterministic.checkpointer.contract import (
@@ -549,7 +550,7 @@ def put(
         "checkpoint_id": checkpoint["id"],
         "parent_checkpoint_id": parent_id,
         "checkpoint": checkpoint_json(stored),
-        "metadata": Jsonb(contract.stored_metadata(config, metadata, info)),
+        "metadata": metadata_json(contract.stored_metadata(config, metadata, info)),
     }
     guard = contract.guard_put(info, parent_id, checkpoint, source, parent)
     # With a guard: the upsert, the lease, the claim of the parent's child slot (fencing)
