@@ -1,4 +1,4 @@
-"""The checkpoint column's JSON is encoded by orjson where that gives what ``json.dumps``
+"""The checkpoint and metadata columns' JSON is encoded by orjson where that gives what ``json.dumps``
 gives (as Postgres parses it), and by ``json.dumps`` everywhere else: the stored jsonb,
 and every refusal, are the same as with psycopg's default encoder. (orjson also encodes a
 ``uuid.UUID`` and a plain ``enum.Enum``, which json.dumps refuses; neither can reach the
@@ -19,7 +19,7 @@ import pytest
 from psycopg.types.json import Jsonb
 
 from langgraph_deterministic.checkpointer import _rows
-from langgraph_deterministic.checkpointer._rows import checkpoint_json
+from langgraph_deterministic.checkpointer._rows import checkpoint_json, metadata_json
 
 
 class Colour(enum.IntEnum):
@@ -63,20 +63,25 @@ REFUSED: list[Any] = [
 ]
 
 
+ENCODERS = {"checkpoint": checkpoint_json, "metadata": metadata_json}
+
+
 def _jsonb(conn: psycopg.Connection[Any], param: Jsonb) -> Any:
     row = conn.execute("SELECT %s::jsonb", (param,)).fetchone()
     assert row is not None
     return row[0]
 
 
+@pytest.mark.parametrize("column", sorted(ENCODERS))
 @pytest.mark.parametrize("value", STORED, ids=range(len(STORED)))
-def test_stored_as_json_dumps_stores_it(dsn: str, value: Any) -> None:
+def test_stored_as_json_dumps_stores_it(dsn: str, value: Any, column: str) -> None:
     with psycopg.connect(dsn, autocommit=True) as conn:
-        assert _jsonb(conn, checkpoint_json(value)) == _jsonb(conn, Jsonb(value))
+        assert _jsonb(conn, ENCODERS[column](value)) == _jsonb(conn, Jsonb(value))
 
 
+@pytest.mark.parametrize("column", sorted(ENCODERS))
 @pytest.mark.parametrize("value", REFUSED, ids=range(len(REFUSED)))
-def test_refused_as_json_dumps_refuses_it(dsn: str, value: Any) -> None:
+def test_refused_as_json_dumps_refuses_it(dsn: str, value: Any, column: str) -> None:
     with psycopg.connect(dsn, autocommit=True) as conn:
         try:
             _jsonb(conn, Jsonb(value))
@@ -85,7 +90,7 @@ def test_refused_as_json_dumps_refuses_it(dsn: str, value: Any) -> None:
         else:
             pytest.fail(f"json.dumps + Postgres accepted {value!r}")
         with pytest.raises(expected):
-            _jsonb(conn, checkpoint_json(value))
+            _jsonb(conn, ENCODERS[column](value))
 
 
 def test_fast_path_is_taken_for_langgraph_checkpoints() -> None:
@@ -97,5 +102,17 @@ def test_fast_path_is_taken_for_langgraph_checkpoints() -> None:
     data = _rows._dumps_checkpoint(value)
     if _rows.orjson is None:
         pytest.skip("orjson is not installed: json.dumps encodes every checkpoint")
+    assert isinstance(data, bytes)
+    assert json.loads(data) == json.loads(json.dumps(value))
+
+
+def test_fast_path_is_taken_for_checkpoint_metadata() -> None:
+    """A checkpoint's metadata row (LangGraph's keys, the run id, the fingerprint) is
+    encoded by orjson (when installed), and parses back to what json.dumps encoded."""
+    value = {"source": "loop", "step": 3, "parents": {"": "1f0"}, "run_id": "r-1",
+             "thread_id": "t", "lgd_fingerprint": "input:51e9"}  # fmt: skip
+    data = _rows._dumps_metadata(value)
+    if _rows.orjson is None:
+        pytest.skip("orjson is not installed: json.dumps encodes every metadata row")
     assert isinstance(data, bytes)
     assert json.loads(data) == json.loads(json.dumps(value))

@@ -16,9 +16,11 @@ import pytest
 from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 from psycopg import Connection
 from psycopg.rows import dict_row
-from psycopg_pool import ConnectionPool
+from psycopg_pool import AsyncConnectionPool, ConnectionPool
+from tests.conftest import make_database
 from tests.pgbouncer import _free_port
 
+from devtools.postgres import database_name, drop_database
 from langgraph_deterministic import (
     ConfigurationError,
     DatabaseUnavailableError,
@@ -55,6 +57,36 @@ def _all_closed(db: str, app: str) -> bool:
 def _named(db: str, **options: Any) -> tuple[DeterministicSaver, str]:
     app = f"lgd-{uuid.uuid4().hex[:10]}"
     return DeterministicSaver(db, connect_kwargs={"application_name": app}, **options), app
+
+
+# -- a pool it was given -----------------------------------------------------------------
+
+
+async def test_a_given_pools_usage_stats_count_the_savers_checkouts(pg_server_dsn: str) -> None:
+    """The saver checks connections out with getconn/putconn (cheaper than connection()):
+    the pool's get_stats()["usage_ms"] still counts them, as connection() would. setup()
+    of an empty database is one checkout of many milliseconds (every migration)."""
+    kwargs = {"autocommit": True, "prepare_threshold": 0, "row_factory": dict_row}
+    for kind in ("sync", "async"):
+        fresh = make_database(pg_server_dsn, prefix="lgd_usage")
+        try:
+            if kind == "sync":
+                with ConnectionPool(fresh, min_size=1, max_size=2, kwargs=kwargs) as pool:
+                    t0 = time.monotonic()
+                    await asyncio.to_thread(DeterministicSaver(pool).setup)
+                    took = time.monotonic() - t0
+                    used = pool.get_stats().get("usage_ms", 0)
+            else:
+                async with AsyncConnectionPool(
+                    fresh, min_size=1, max_size=2, kwargs=kwargs
+                ) as apool:
+                    t0 = time.monotonic()
+                    await DeterministicSaver(apool).asetup()
+                    took = time.monotonic() - t0
+                    used = apool.get_stats().get("usage_ms", 0)
+        finally:
+            drop_database(pg_server_dsn, database_name(fresh))
+        assert 0 < used <= took * 1000 + 1, (kind, used, took)
 
 
 # -- constructors ----------------------------------------------------------------------

@@ -43,6 +43,7 @@ from langgraph_deterministic.checkpointer._rows import (
     checkpoint_json,
     config_for,
     load_tuple,
+    metadata_json,
     next_version,
 )
 from langgraph_deterministic.checkpointer.contract import (
@@ -551,7 +552,7 @@ def put(
         "checkpoint_id": checkpoint["id"],
         "parent_checkpoint_id": parent_id,
         "checkpoint": checkpoint_json(stored),
-        "metadata": Jsonb(contract.stored_metadata(config, metadata, info)),
+        "metadata": metadata_json(contract.stored_metadata(config, metadata, info)),
     }
     guard = contract.guard_put(info, parent_id, checkpoint, source, parent)
     if guard is not None and guard["closes"] is not None and _started_empty(info):

@@ -82,6 +82,29 @@ def _dumps_checkpoint(value: Any) -> bytes | str:
     return json.dumps(value)
 
 
+def _dumps_metadata(value: Any) -> bytes | str:
+    """The metadata column's JSON, by orjson where its output means what json.dumps's
+    does (~0.5 vs ~5 us, 14 per graph run): without a ``null``, which would be a None or
+    a non-finite float (or those letters in a string); else, and for anything orjson
+    refuses, json.dumps as before. (Like the checkpoint column's, it does not follow a
+    process-wide ``psycopg.types.json.set_json_dumps``: the row holds JSON primitives
+    and LangGraph's own keys only, which json.dumps encodes.)"""
+    if orjson is not None:
+        try:
+            data = orjson.dumps(value, option=_ORJSON_AS_JSON)
+        except TypeError:  # orjson.JSONEncodeError
+            pass
+        else:
+            if b"null" not in data:
+                return data
+    return json.dumps(value)
+
+
+def metadata_json(metadata: Mapping[str, Any]) -> Jsonb:
+    """The ``metadata`` parameter of a checkpoint write."""
+    return Jsonb(metadata, dumps=_dumps_metadata)
+
+
 def checkpoint_json(checkpoint: Mapping[str, Any]) -> Jsonb:
     """The ``checkpoint`` parameter of a checkpoint write (LangGraph's own keys and
     primitives only: versions, ids, inline channel values)."""

@@ -40,7 +40,10 @@ def run_id_of(config: RunnableConfig) -> tuple[str | None, Any]:
     if raw is not None:
         run_id = normalise_run_id(raw, where)
         other = configurable.get(RUN_ID_KEY)
-        if other is not None and normalise_run_id(other, "configurable.run_id") != run_id:
+        # run_config puts the same str in both places: nothing more to check then
+        if other is not None and other is not raw and (
+            normalise_run_id(other, "configurable.run_id") != run_id
+        ):
             raise RunIdRequiredError(
                 f'config["metadata"]["run_id"] ({run_id!r}) and config["configurable"]'
                 f'["run_id"] ({other!r}) differ; a graph call has one run id. Build the '

@@ -176,7 +176,7 @@ class RunContract:
     def call_info(self, config: RunnableConfig, thread_id: str, checkpoint_ns: str) -> CallInfo:
         configurable = config.get("configurable") or {}
         in_graph_run = GRAPH_RUN_MARKER in configurable
-        if not self.enforced:
+        if self.policy == "off":  # not self.enforced
             run_id, raw = None, None
             with contextlib.suppress(RunIdRequiredError):
                 run_id, raw = run_id_of(config)
@@ -193,13 +193,9 @@ class RunContract:
         recorder = find_recorder(config)
         attempt = configurable.get(ATTEMPT_KEY)
         strategy = configurable.get(MULTITASK_KEY)
-        branching = BRANCHING.get()
+        branching = BRANCHING.get() if checkpoint_ns != "" and in_graph_run else None
         inherited = (
-            checkpoint_ns != ""
-            and in_graph_run
-            and branching is not None
-            and branching[0] == thread_id
-            and branching[1] == run_id
+            branching is not None and branching[0] == thread_id and branching[1] == run_id
         )
         if inherited and attempt is None and branching is not None:
             # Without it, a branch's and the first run's first checkpoints of a namespace
