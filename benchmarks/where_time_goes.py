@@ -81,6 +81,22 @@ def start_server() -> tuple[EmbeddedPostgres, Path]:
     return server, root
 
 
+def same_compression(conn: psycopg.Connection[Any]) -> None:
+    """The peer's columns compressed as ours' migrations 0018/0022 compress them (lz4 where
+    the server has it), as in bench_graph.py, where both savers share one database: else
+    the peer's blobs alone pay pglz (about twice lz4's server CPU per 10 KB put, section
+    4), and the comparison says more about compression than about the savers."""
+    row = conn.execute(
+        "SELECT current_setting('server_version_num')::int >= 140000 AND EXISTS (SELECT 1"
+        " FROM pg_settings WHERE name = 'default_toast_compression' AND 'lz4' = ANY(enumvals))"
+        " AS lz4"
+    ).fetchone()  # the peer's connection has row_factory=dict_row
+    if row and (row["lz4"] if isinstance(row, dict) else row[0]):
+        for table, column in (("checkpoint_blobs", "blob"), ("checkpoints", "checkpoint"),
+                              ("checkpoint_writes", "blob")):  # fmt: skip
+            conn.execute(f"ALTER TABLE {table} ALTER COLUMN {column} SET COMPRESSION lz4")
+
+
 class Side:
     def __init__(self, name: str, dsn: str | None, label: str | None = None) -> None:
         self.name = name  # ours | peer | memory
@@ -99,6 +115,7 @@ class Side:
             self.conn = psycopg.connect(dsn, **b.PEER_POOL_KWARGS)
             if label is None:
                 PostgresSaver(self.conn).setup()  # type: ignore[arg-type]
+                same_compression(self.conn)
         if self.label.endswith("async-commit"):  # commits without waiting for the WAL flush
             self.conn.execute("SET synchronous_commit = off")
         self.graph = b.compile_graph(name, self.conn)

@@ -16,6 +16,7 @@ from typing import Any
 
 from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 
+from langgraph_deterministic.checkpointer import _core
 from langgraph_deterministic.checkpointer._batch import Batch, Operation, Results, Statement, run
 from langgraph_deterministic.checkpointer._queries import queries
 from langgraph_deterministic.checkpointer._rows import Codec
@@ -29,7 +30,10 @@ def query_name(sql: str) -> str:
     """The ``queries.sql`` block a statement comes from (or ``LISTEN``/``UNLISTEN``)."""
     if sql.startswith(("LISTEN ", "UNLISTEN ")):
         return sql.split(" ", 1)[0].lower()
-    blocks = queries()
+    # guarded_write(s) and riding_write(s) as sent: one template, with or without its
+    # {lease_probe} (_core._block)
+    composed = ("guarded_write", "guarded_writes", "riding_write", "riding_writes")
+    blocks = {**queries(), **{name: _core._block(name) for name in composed}}
     for name, text in blocks.items():
         if sql == text:
             return name

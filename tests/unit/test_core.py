@@ -468,7 +468,22 @@ def test_first_run_on_a_new_thread_is_admitted_in_one_round_trip() -> None:
     (admit,) = db.sent("admit")
     assert admit.params is not None and admit.params["strategy"] == "reject"
     held = config["callbacks"][0].held
-    assert held == HeldLease("t1", "r1", admit.params["attempt"])
+    assert held == HeldLease("t1", "r1", admit.params["attempt"], started_empty=True)
+
+
+def test_a_run_that_found_its_thread_empty_closes_no_run_with_its_writes() -> None:
+    """Its writes continue only its own checkpoints: lgd_put_checkpoint_v6 is not asked to
+    read a parent's run id to close it (closes None). A run that loaded another run's
+    checkpoint, and then does not know its parent's run, still is."""
+    for head, closes in ((NEW_THREAD, None), (head_with_run(checkpoint_row("c0")), "superseded")):
+        config = graph_config()
+        db = FakeDb().on("admit", [admit_row("admitted", holder=None)])
+        db.on("select_head_with_run", head).run(_core.get_tuple(CODEC, config, RunContract()))
+        config["configurable"]["checkpoint_id"] = "c1"  # a write after its first one
+        db = FakeDb()
+        db.run(_core.put(CODEC, config, _checkpoint({}), {"source": "loop"}, {}, RunContract()))
+        (put,) = db.sent("guarded_put_checkpoint")
+        assert put.params is not None and put.params["closes"] == closes
 
 
 def test_admitted_run_gets_its_attempt_token_in_the_loaded_config() -> None:
@@ -529,7 +544,7 @@ def test_a_journaled_run_is_admitted_by_lgd_journal_admit_v1_in_the_same_round_t
         assert db.names() == [[query, "select_head_with_run"]]
         held = config["callbacks"][0].held
         expected = fence if query == "journal_admit" else None
-        assert held == HeldLease("t1", "r1", attempt, expected)
+        assert held == HeldLease("t1", "r1", attempt, expected, started_empty=True)
 
 
 def test_a_refused_journaled_start_undoes_the_registration_with_the_lease() -> None:

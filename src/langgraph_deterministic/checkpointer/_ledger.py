@@ -55,6 +55,9 @@ class HeldLease:
     #: a run PostgresJournal drives: when its admission registered the attempt in the
     #: journal (lgd_journal_admit_v1), the fence check its first op may start on
     fence_at: Any = None
+    #: the run found its thread empty: every parent its root writes continue is its own
+    #: checkpoint, so none of them closes another run (see _core.put)
+    started_empty: bool = False
 
 
 @dataclass(frozen=True, slots=True)

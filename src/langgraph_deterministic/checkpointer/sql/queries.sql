@@ -540,9 +540,9 @@ ON CONFLICT (thread_id, checkpoint_ns, parent_checkpoint_id) DO NOTHING
 -- name: guarded_write
 -- One pending write, fenced (migration 0023): refused by lgd_fence_writes_v7, called only
 -- when the checkpoint's slot in the writer's lineage is held already, if another attempt
--- has continued the checkpoint; and by lgd_refuse_leased_v7, called only then, while
--- another run holds a live lease on the thread. Both are index probes inside this one
--- statement.
+-- has continued the checkpoint; and by lgd_refuse_leased_v7 ({lease_probe}: the block
+-- lease_probe), called only then, while another run holds a live lease on the thread.
+-- Both are index probes inside this one statement.
 -- replace: upsert_write's conflict rule (special writes replace the task's previous one),
 -- else insert_writes' (first writer wins: the update's WHERE is false). Special writes
 -- only: regular ones go as guarded_writes.
@@ -556,12 +556,7 @@ WHERE NOT EXISTS (
       AND ch.parent_checkpoint_id = %(slot)s
       AND lgd_fence_writes_v7(ch.checkpoint_id, ch.run_id, ch.attempt, %(attempt)s::text,
                               %(checkpoint_id)s, %(checkpoint_ns)s)
-) AND NOT EXISTS (
-    SELECT 1 FROM lgd_leases l
-    WHERE l.thread_id = %(thread_id)s AND l.ended IS NULL AND l.expires_at > now()
-      AND l.run_id IS DISTINCT FROM %(run_id)s::text
-      AND lgd_refuse_leased_v7(l.run_id, l.thread_id, l.outcome)
-)
+){lease_probe}
 ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id, task_id, idx)
 DO UPDATE SET channel = EXCLUDED.channel, type = EXCLUDED.type, blob = EXCLUDED.blob
 WHERE %(replace)s
@@ -582,48 +577,21 @@ WHERE NOT EXISTS (
       AND ch.parent_checkpoint_id = %(slot)s
       AND lgd_fence_writes_v7(ch.checkpoint_id, ch.run_id, ch.attempt, %(attempt)s::text,
                               %(checkpoint_id)s, %(checkpoint_ns)s)
-) AND NOT EXISTS (
+){lease_probe}
+ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id, task_id, idx) DO NOTHING
+
+-- name: lease_probe
+-- The lease check of guarded_write(s) ({lease_probe}, filled by _core._block). Left out
+-- (riding_write, riding_writes) when the writes ride in the transaction of their
+-- checkpoint's child (put's pending), before it: the child's lgd_put_checkpoint_v6 checks
+-- the same lease later in that transaction, refusing (LG413) and rolling back the same
+-- writes. The chain fence stays, so that its LG410/LG412 come first.
+AND NOT EXISTS (
     SELECT 1 FROM lgd_leases l
     WHERE l.thread_id = %(thread_id)s AND l.ended IS NULL AND l.expires_at > now()
       AND l.run_id IS DISTINCT FROM %(run_id)s::text
       AND lgd_refuse_leased_v7(l.run_id, l.thread_id, l.outcome)
 )
-ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id, task_id, idx) DO NOTHING
-
--- name: riding_write
--- guarded_write sent in the transaction of its checkpoint's child (put's pending), before
--- it: without the lease check, which the child's lgd_put_checkpoint_v6 makes later in
--- the same transaction, refusing (LG413) and rolling back the same writes.
-INSERT INTO checkpoint_writes
-    (thread_id, checkpoint_ns, checkpoint_id, task_id, task_path, idx, channel, type, blob)
-SELECT %(thread_id)s, %(checkpoint_ns)s, %(checkpoint_id)s, %(task_id)s, %(task_path)s,
-       %(idx)s, %(channel)s, %(type)s, %(blob)s
-WHERE NOT EXISTS (
-    SELECT 1 FROM lgd_chain ch
-    WHERE ch.thread_id = %(thread_id)s AND ch.checkpoint_ns = %(checkpoint_ns)s
-      AND ch.parent_checkpoint_id = %(slot)s
-      AND lgd_fence_writes_v7(ch.checkpoint_id, ch.run_id, ch.attempt, %(attempt)s::text,
-                              %(checkpoint_id)s, %(checkpoint_ns)s)
-)
-ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id, task_id, idx)
-DO UPDATE SET channel = EXCLUDED.channel, type = EXCLUDED.type, blob = EXCLUDED.blob
-WHERE %(replace)s
-
--- name: riding_writes
--- guarded_writes riding with its checkpoint's child, as riding_write.
-INSERT INTO checkpoint_writes
-    (thread_id, checkpoint_ns, checkpoint_id, task_id, task_path, idx, channel, type, blob)
-SELECT %(thread_id)s, %(checkpoint_ns)s, %(checkpoint_id)s, w.task_id, w.task_path, w.idx,
-       w.channel, w.type, w.blob
-FROM (VALUES {rows}) AS w (task_id, task_path, idx, channel, type, blob)
-WHERE NOT EXISTS (
-    SELECT 1 FROM lgd_chain ch
-    WHERE ch.thread_id = %(thread_id)s AND ch.checkpoint_ns = %(checkpoint_ns)s
-      AND ch.parent_checkpoint_id = %(slot)s
-      AND lgd_fence_writes_v7(ch.checkpoint_id, ch.run_id, ch.attempt, %(attempt)s::text,
-                              %(checkpoint_id)s, %(checkpoint_ns)s)
-)
-ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id, task_id, idx) DO NOTHING
 
 -- name: child_of_run
 -- put_batch's at-most-once check: the root checkpoint a run wrote on top of the one it
