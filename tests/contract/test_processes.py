@@ -120,13 +120,20 @@ def test_sigkill_mid_node_then_retry_from_another_process(db: str, tmp_path: Pat
     assert_linear(db, thread)
 
 
-def test_two_processes_racing_on_one_run(db: str, tmp_path: Path) -> None:
-    thread = "race"
-    # A previous run, so both attempts load the same head and apply the same input.
+@pytest.mark.parametrize("thread", ["race", "race-on-a-new-thread"])
+def test_two_processes_racing_on_one_run(db: str, tmp_path: Path, thread: str) -> None:
+    # "race": a previous run, so both attempts load the same head and apply the same input.
+    # On a new thread an attempt that loads nothing gets no attempt token from a loaded
+    # checkpoint: its writes are told apart from the other attempt's by the one-child
+    # slots alone (whichever interleaving the two processes' start-up gives).
+    warm = thread == "race"
+    # The checkpoints one run of the graph writes: on this thread, or on a new one alike.
+    reference = thread if warm else f"{thread}-reference"
     with DeterministicSaver(db) as saver:
         build_pipeline(db).compile(checkpointer=saver).invoke(
-            ask("warm up"), run_config(thread, "job-0"), durability="sync"
+            ask("warm up"), run_config(reference, "job-0"), durability="sync"
         )
+    one_run = Counter(run for _, _, run in root_history(db, reference))["job-0"]
     first, release = start_worker(db, thread, "job-1", tmp_path, pause_at="plan")
     second, release2 = start_worker(db, thread, "job-1", tmp_path, pause_at="plan")
     # Both load the same head. Each pauses in "plan" -- unless it lost at its very first
@@ -146,8 +153,8 @@ def test_two_processes_racing_on_one_run(db: str, tmp_path: Path) -> None:
     assert_linear(db, thread)
     history = root_history(db, thread)
     per_run = Counter(run for _, _, run in history)
-    # The winner's chain only: as many checkpoints as the same graph wrote for job-0.
-    assert per_run["job-1"] == per_run["job-0"]
+    # The winner's chain only: as many checkpoints as one run of the same graph writes.
+    assert per_run["job-1"] == one_run
     with DeterministicSaver(db) as saver:
         state = (
             build_pipeline(db)
@@ -155,7 +162,7 @@ def test_two_processes_racing_on_one_run(db: str, tmp_path: Path) -> None:
             .get_state({"configurable": {"thread_id": thread}})
         )
     assert [m.content for m in state.values["messages"] if m.type == "human"] == [
-        "warm up",
+        *(["warm up"] if warm else []),
         "write the report",
     ]
     assert state.next == ()
