@@ -45,6 +45,7 @@ import sys
 import threading
 import time
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -200,14 +201,27 @@ def run(args: argparse.Namespace) -> None:
     prof = _AllThreads() if args.cprofile else None
     cg = _callgrind()
 
-    def report(block: int, runs: int, wall: float, cpu0: Any, cpu1: Any) -> None:
-        user, system = cpu1[0] - cpu0[0], cpu1[1] - cpu0[1]
+    @contextlib.contextmanager
+    def measured(block: int, runs: int) -> Iterator[None]:
+        """One measured block of ``runs`` graph runs: profiled, dumped under callgrind, and
+        printed as one JSON line."""
+        gc.collect()
+        if prof is not None:
+            prof.enable()
+        cg.cg_zero()
+        t0, (u0, s0) = time.perf_counter(), _cpu()
+        yield
+        t1, (u1, s1) = time.perf_counter(), _cpu()
+        cg.cg_dump()
+        if prof is not None:
+            prof.disable()
+        user, system = u1 - u0, s1 - s0
         timed, TIMED_STORES[0] = TIMED_STORES[0], 0
         n = max(1, runs)
         print(json.dumps({**meta, "block": block, "runs": runs,
                           "cpu_ms": round((user + system) * 1e3 / n, 3),
                           "user_ms": round(user * 1e3 / n, 3), "sys_ms": round(system * 1e3 / n, 3),
-                          "wall_ms": round(wall * 1e3 / n, 3),
+                          "wall_ms": round((t1 - t0) * 1e3 / n, 3),
                           "timed_stores_per_run": round(timed / n, 3)}), flush=True)  # fmt: skip
 
     if sync:
@@ -229,17 +243,8 @@ def run(args: argparse.Namespace) -> None:
         runs(args.warm)
         TIMED_STORES[0] = 0
         for block in range(args.blocks):
-            gc.collect()
-            if prof is not None:
-                prof.enable()
-            cg.cg_zero()
-            t0, c0 = time.perf_counter(), _cpu()
-            runs(args.runs)
-            t1, c1 = time.perf_counter(), _cpu()
-            cg.cg_dump()
-            if prof is not None:
-                prof.disable()
-            report(block, args.runs, t1 - t0, c0, c1)
+            with measured(block, args.runs):
+                runs(args.runs)
         pool.close()
     else:
 
@@ -267,17 +272,8 @@ def run(args: argparse.Namespace) -> None:
             await runs(args.warm * args.concurrency)
             TIMED_STORES[0] = 0
             for block in range(args.blocks):
-                gc.collect()
-                if prof is not None:
-                    prof.enable()
-                cg.cg_zero()
-                t0, c0 = time.perf_counter(), _cpu()
-                await runs(args.runs)
-                t1, c1 = time.perf_counter(), _cpu()
-                cg.cg_dump()
-                if prof is not None:
-                    prof.disable()
-                report(block, args.runs - args.runs % args.concurrency, t1 - t0, c0, c1)
+                with measured(block, args.runs - args.runs % args.concurrency):
+                    await runs(args.runs)
             await apool.close()
 
         asyncio.run(main())

@@ -491,7 +491,7 @@ class DeterministicSaver(BaseCheckpointSaver[str]):
     def _run(self, operation: Operation[T] | OnSession[T]) -> T:
         pool = self._pool
         if pool is not None and not self._closed:
-            try:
+            with _TRANSLATED:
                 conn = pool.getconn()
                 t0 = time.monotonic()
                 try:
@@ -502,24 +502,13 @@ class DeterministicSaver(BaseCheckpointSaver[str]):
                 finally:
                     pool.putconn(conn)
                     _count_usage(pool, t0)
-            except Exception as exc:
-                translated = translate_error(exc)
-                if translated is exc:
-                    raise
-                raise translated from exc
         if not self._has_sync():
             return self._run_on_loop(operation)
-        try:
-            with self._connection() as conn:
-                op = operation(conn.info.backend_pid) if callable(operation) else operation
-                if conn is self._conn:
-                    return run(op, partial(self._execute_shared, conn))
-                return run(op, lambda batch: execute(conn, batch))
-        except Exception as exc:
-            translated = translate_error(exc)
-            if translated is exc:
-                raise
-            raise translated from exc
+        with _TRANSLATED, self._connection() as conn:
+            op = operation(conn.info.backend_pid) if callable(operation) else operation
+            if conn is self._conn:
+                return run(op, partial(self._execute_shared, conn))
+            return run(op, lambda batch: execute(conn, batch))
 
     async def _arun(self, operation: Operation[T] | OnSession[T]) -> T:
         if not self._has_async():
@@ -528,7 +517,7 @@ class DeterministicSaver(BaseCheckpointSaver[str]):
         self._loop = asyncio.get_running_loop()
         pool = self._apool
         if pool is not None and not self._closed:
-            try:
+            with _TRANSLATED:
                 conn = await pool.getconn()
                 t0 = time.monotonic()
                 try:
@@ -539,22 +528,12 @@ class DeterministicSaver(BaseCheckpointSaver[str]):
                 finally:
                     await pool.putconn(conn)
                     _count_usage(pool, t0)
-            except Exception as exc:
-                translated = translate_error(exc)
-                if translated is exc:
-                    raise
-                raise translated from exc
-        try:
+        with _TRANSLATED:
             async with self._aconnection() as conn:
                 op = operation(conn.info.backend_pid) if callable(operation) else operation
                 if conn is self._aconn:
                     return await arun(op, partial(self._aexecute_shared, conn))
                 return await arun(op, lambda batch: aexecute(conn, batch))
-        except Exception as exc:
-            translated = translate_error(exc)
-            if translated is exc:
-                raise
-            raise translated from exc
 
     # One connection for every call: a run queued behind another on its thread (a NOTIFY
     # wait) would keep it from the very run it waits for, so on a shared connection the
@@ -1072,6 +1051,28 @@ _AUTOCOMMIT_WHY = (
     "it opens its own transactions, and a read left idle in a transaction would hold "
     "locks (and a failed statement would poison the connection for the next caller)."
 )
+
+
+class _Translated:
+    """Re-raises a driver error as the library's own (``translate_error``), caused by it;
+    anything else passes. One instance serves every call, sync and async (it keeps no
+    state), so the hot path pays a with-statement, not a generator."""
+
+    __slots__ = ()
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: object
+    ) -> None:
+        if isinstance(exc, Exception):
+            translated = translate_error(exc)
+            if translated is not exc:
+                raise translated from exc
+
+
+_TRANSLATED = _Translated()
 
 
 def _count_usage(pool: ConnectionPool[Any] | AsyncConnectionPool[Any], t0: float) -> None:
