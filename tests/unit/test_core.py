@@ -8,6 +8,7 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any
 
+import psycopg
 import pytest
 from langgraph.checkpoint.base import WRITES_IDX_MAP
 from langgraph.checkpoint.serde.types import TASKS
@@ -484,6 +485,40 @@ def test_a_run_that_found_its_thread_empty_closes_no_run_with_its_writes() -> No
         db.run(_core.put(CODEC, config, _checkpoint({}), {"source": "loop"}, {}, RunContract()))
         (put,) = db.sent("guarded_put_checkpoint")
         assert put.params is not None and put.params["closes"] == closes
+
+
+def test_an_attempt_s_ledger_row_is_written_by_its_first_committed_write_only() -> None:
+    """The first root write of an admitted attempt brings its ledger row up to date; its
+    later writes skip the ledger (ledger False: no read of the row, no parent's run id).
+    A write that failed made nothing current, and a new attempt (a retry with the same
+    config) writes its row again."""
+    config = graph_config()
+
+    def admit() -> None:
+        config["configurable"].pop("checkpoint_id", None)  # the thread's head
+        db = FakeDb().on("admit", [admit_row("admitted", holder=None)])
+        db.on("select_head_with_run", head_with_run(checkpoint_row("c0")))
+        db.run(_core.get_tuple(CODEC, config, RunContract()))
+
+    def put(cid: str, parent: str, db: FakeDb | None = None) -> Any:
+        db = db or FakeDb()
+        config["configurable"]["checkpoint_id"] = parent
+        db.run(_core.put(CODEC, config, _checkpoint({}, cid), {"source": "loop"}, {},
+                         RunContract()))  # fmt: skip
+        (sent,) = db.sent("guarded_put_checkpoint")
+        assert sent.params is not None
+        return sent.params["ledger"], sent.params["closes"]
+
+    admit()
+    failing = FakeDb().on("guarded_put_checkpoint", psycopg.OperationalError("gone"))
+    with pytest.raises(psycopg.OperationalError):
+        put("c1", "c0", failing)
+    assert put("c1", "c0") == (True, "superseded")  # the retried write: the row's first
+    assert put("c2", "c1") == (False, None)
+    assert put("c3", "c2") == (False, None)
+    admit()  # a new attempt
+    assert put("c1", "c0") == (True, "superseded")
+    assert put("c2", "c1") == (False, None)
 
 
 def test_admitted_run_gets_its_attempt_token_in_the_loaded_config() -> None:

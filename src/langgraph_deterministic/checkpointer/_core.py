@@ -555,11 +555,20 @@ def put(
         "metadata": metadata_json(contract.stored_metadata(config, metadata, info)),
     }
     guard = contract.guard_put(info, parent_id, checkpoint, source, parent)
-    if guard is not None and guard["closes"] is not None and _started_empty(info):
-        # A graph run that found its thread empty continues only its own checkpoints:
-        # lgd_put_checkpoint_v6 would read the parent's run id on every write to learn
-        # that it is this run's (3% of the server's instructions per graph run, callgrind).
-        guard["closes"] = None
+    held = _admitted_attempt_of(info) if guard is not None and guard["ledger"] else None
+    if held is not None and guard is not None:
+        assert info.recorder is not None  # held comes from it
+        if info.recorder.ledger_written == (held, info.attempt):
+            # A committed write of this attempt has made its ledger row current (running,
+            # this attempt): lgd_put_checkpoint_v6 would read the row on every write to
+            # find nothing to change, and the parent's run id to find it is this run's.
+            # Left alone, a row this attempt's own interrupt write marked `interrupted`
+            # stays so under durability "async", where a put can land after it.
+            guard.update(ledger=False, closes=None, closes_run=None)
+        elif guard["closes"] is not None and held.started_empty:
+            # A graph run that found its thread empty continues only its own checkpoints:
+            # its first write closes no run either.
+            guard["closes"] = None
     # With a guard: the upsert, the lease, the claim of the parent's child slot (fencing)
     # and the run ledger, in one statement (guarded_put_checkpoint). The blobs ride in it
     # (put_with; beyond ROWS_MAX, the first ones go in statements of their own before it).
@@ -584,23 +593,28 @@ def put(
         if (ours := translate_guard_error(exc, info)) is not None:
             raise ours from None
         raise
+    if held is not None and guard is not None and guard["ledger"]:
+        assert info.recorder is not None
+        info.recorder.ledger_written = (held, info.attempt)  # committed: the row is current
     stored_config = config_for(thread_id, ns, checkpoint["id"])
     if contract.enforced:
         carry_run_id(info, stored_config)
     return stored_config
 
 
-def _started_empty(info: CallInfo) -> bool:
-    """Whether this root write is of the graph run attempt admitted on an empty thread."""
+def _admitted_attempt_of(info: CallInfo) -> HeldLease | None:
+    """The lease of the graph run attempt admitted by this call, when this root write is
+    one of that attempt's own (not a subgraph's, nor another call's reusing the config)."""
     held = info.recorder.held if info.recorder is not None else None
-    return (
+    if (
         held is not None
-        and held.started_empty
         and info.in_graph_run
         and info.root
         and (held.thread_id, held.run_id) == (info.thread_id, info.run_id)
         and info.attempt in (None, held.attempt)  # a new thread's writes carry none
-    )
+    ):
+        return held
+    return None
 
 
 def _riding(statement: Statement) -> Statement:

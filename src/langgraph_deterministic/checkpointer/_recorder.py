@@ -33,6 +33,9 @@ class RunInputRecorder(BaseCallbackHandler):
         self.fingerprint: str | None = None
         #: the lease this call's graph run was admitted with (set by the saver's core)
         self.held: HeldLease | None = None
+        #: that run's attempt (its lease and attempt token) once a committed root write of
+        #: it has made its ledger row current: its later writes need not touch the row
+        self.ledger_written: tuple[HeldLease, str | None] | None = None
         self._release: Callable[[str], Any] | None = None
         # The chain run of the call this config was built for: the first one reported to
         # this handler. LangChain hands a call's handlers on to the calls made inside it
@@ -68,7 +71,7 @@ class RunInputRecorder(BaseCallbackHandler):
             return None
         self._root = None  # the call is over: a retry with this config is a call anew
         release, self._release = self._release, None
-        self.held = None
+        self.held = self.ledger_written = None
         return release
 
     # Without a lease (bind_release replaces these): only the end of the call is noted.
