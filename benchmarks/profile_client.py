@@ -22,7 +22,8 @@ counted; instructions per run = the dump's total Ir / runs. Give ours a long
 would run out in every superstep and store the writes on their own.
 
 Sides: ``ours`` (DeterministicSaver, policy require, ``run_config``), ``peer``
-(PostgresSaver / AsyncPostgresSaver), ``floor`` (floor.py's FloorSaver), ``memory``
+(PostgresSaver / AsyncPostgresSaver), ``floor`` (floor.py's FloorSaver), ``floor_fenced``
+(its FencedFloorSaver, the contract's floor, with ``fenced_config``), ``memory``
 (InMemorySaver, a fresh one per block). Postgres sides share one pool of ``--pool-size``
 connections with LangGraph's settings, as in bench_graph.py. ``--mode async -c N`` runs
 N tasks on one event loop, each running its share of the runs one after another (as
@@ -132,10 +133,10 @@ TIMED_STORES = [0]
 def _saver(side: str, conn: Any, buffer_writes: float) -> Any:
     import bench_saver as b
 
-    if side == "floor":
-        from floor import FloorSaver
+    if side in ("floor", "floor_fenced"):
+        from floor import floor_saver
 
-        return FloorSaver(conn)
+        return floor_saver(side, conn)
     if side != "ours":
         return b.graph_saver(side, conn)
     from langgraph_deterministic import DeterministicSaver
@@ -195,6 +196,10 @@ def run(args: argparse.Namespace) -> None:
     def config() -> Any:
         if args.side == "ours":
             return b.graph_config("ours")
+        if args.side == "floor_fenced":
+            from floor import fenced_config
+
+            return fenced_config(f"floor_fenced-{uuid.uuid4()}", str(uuid.uuid4()))
         thread_id, run_id = f"{args.side}-{uuid.uuid4()}", str(uuid.uuid4())
         return {"configurable": {"thread_id": thread_id}, "metadata": {"run_id": run_id}}
 
@@ -290,7 +295,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--url", default=os.environ.get("DATABASE_URL"))
     r = sub.add_parser("run", help="measure one side")
     r.add_argument("--dsn", required=True)
-    r.add_argument("--side", choices=("ours", "peer", "floor", "memory"), default="ours")
+    r.add_argument("--side", choices=("ours", "peer", "floor", "floor_fenced", "memory"), default="ours")
     r.add_argument("--mode", choices=("sync", "async"), default="sync")
     r.add_argument("-c", "--concurrency", type=int, default=1)
     r.add_argument("--runs", type=int, default=30, help="runs per measured block")

@@ -6,6 +6,7 @@ races are in test_processes.py.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import uuid
 from collections import Counter
@@ -14,8 +15,9 @@ from typing import Any
 import psycopg
 import pytest
 from langchain_core.runnables import RunnableConfig
-from langgraph.types import Command
-from tests.contract.graphs import ask, build_approval, build_pipeline, effects
+from langgraph.graph import END, START, StateGraph
+from langgraph.types import Command, interrupt
+from tests.contract.graphs import State, ask, build_approval, build_pipeline, effects
 
 from langgraph_deterministic.checkpointer import DeterministicSaver
 from langgraph_deterministic.config import run_config
@@ -316,6 +318,68 @@ def test_interrupt_then_the_original_call_retried_raises_it_again(
     assert saver.get_tuple(plain("int")) == head and rows(db, "int") == before
     assert done(db, "int") == Counter({"done:draft": 1})
     assert saver.get_run("int", "R1").status == "interrupted"  # type: ignore[union-attr]
+
+
+ASYNC_INTERRUPT_TURNS = (("R1", ask("draft it")), ("R2", Command(resume="yes")))
+
+
+def build_asking(asynchronous: bool) -> StateGraph[Any]:
+    """START -> ask (interrupt) -> ask again (interrupt) -> END: an interrupt in the run's
+    first superstep, where its writes race the run's first checkpoint writes most."""
+
+    def asker(name: str) -> Any:
+        def node(state: State) -> dict[str, Any]:
+            return {"steps": [f"{name}:{interrupt(name)}"]}
+
+        async def anode(state: State) -> dict[str, Any]:
+            return node(state)
+
+        return anode if asynchronous else node
+
+    graph = StateGraph(State)
+    graph.add_node("first", asker("first"))
+    graph.add_node("second", asker("second"))
+    graph.add_edge(START, "first")
+    graph.add_edge("first", "second")
+    graph.add_edge("second", END)
+    return graph
+
+
+def check_interrupted(saver: DeterministicSaver, thread: str, run: str, out: Any) -> None:
+    assert "__interrupt__" in out
+    head = saver.get_tuple(plain(thread))
+    record = saver.get_run(thread, run)
+    assert head is not None and record is not None
+    assert (record.status, record.last_checkpoint_id, record.attempts) == (
+        "interrupted", head.config["configurable"]["checkpoint_id"], 1
+    ), (thread, run)  # fmt: skip
+    if run == "R2":
+        first = saver.get_run(thread, "R1")
+        assert first is not None and first.status == "superseded"
+
+
+async def test_an_interrupted_run_reads_interrupted_under_async_durability(db: str) -> None:
+    """Under durability "async" a run's checkpoint writes run in the background, and its
+    interrupt's write can commit before them: the put creating (or, before, updating) the
+    ledger row then read ``running`` (about half of such runs, before). The release of the
+    call leaves it ``interrupted``, at the interrupted checkpoint, every time."""
+    async with DeterministicSaver(db) as saver:
+        graph = build_asking(asynchronous=True).compile(checkpointer=saver)
+        for i in range(12):
+            for run, given in ASYNC_INTERRUPT_TURNS:
+                config = run_config(f"async-int-{i}", run)
+                out = await graph.ainvoke(given, config, durability="async")
+                await asyncio.to_thread(check_interrupted, saver, f"async-int-{i}", run, out)
+
+
+def test_an_interrupted_run_reads_interrupted_under_async_durability_sync(
+    db: str, saver: DeterministicSaver
+) -> None:
+    graph = build_asking(asynchronous=False).compile(checkpointer=saver)
+    for i in range(12):
+        for run, given in ASYNC_INTERRUPT_TURNS:
+            out = graph.invoke(given, run_config(f"async-int-s{i}", run), durability="async")
+            check_interrupted(saver, f"async-int-s{i}", run, out)
 
 
 def test_the_same_command_resume_delivered_twice_never_answers_a_later_interrupt(

@@ -15,7 +15,7 @@ from langgraph.checkpoint.serde.types import TASKS
 from langgraph.types import Send
 
 from langgraph_deterministic import run_config
-from langgraph_deterministic._compat.langgraph import NULL_TASK_ID
+from langgraph_deterministic._compat.langgraph import INTERRUPT, NULL_TASK_ID
 from langgraph_deterministic.checkpointer import _batch, _core, _rows
 from langgraph_deterministic.checkpointer._keys import (
     ATTEMPT_KEY,
@@ -724,6 +724,33 @@ def test_a_release_alone_does_not_wait_for_the_flush() -> None:
     db.run(_core.release_lease(held, "error"))
     assert db.names() == [["release_lease_lazy"], ["release_lease"]]
     assert "set_config('synchronous_commit', 'off', true)" in db.batches[0].statements[0].sql
+
+
+def test_the_release_of_a_call_that_stored_an_interrupt_marks_its_run_first() -> None:
+    """The interrupt's write of an admitted attempt is noted on its recorder; the release
+    (once, and only for that attempt's lease) sends mark_interrupted before itself, in its
+    transaction."""
+    config = graph_config()
+    db = FakeDb().on("admit", [admit_row("admitted", holder=None)])
+    db.on("select_head_with_run", head_with_run(checkpoint_row("c0")))
+    db.run(_core.get_tuple(CODEC, config, RunContract()))
+    recorder = config["callbacks"][0]
+    held = recorder.held
+    config["configurable"]["checkpoint_id"] = "c1"
+    db = FakeDb()
+    db.run(_core.put_writes(CODEC, config, [(INTERRUPT, "q")], "task-1", "", RunContract()))
+    assert db.names() == [["guard_writes", "guarded_write"]]
+    assert recorder.interrupted_at == (held, "c1")
+    at = recorder.take_interrupt(held)
+    assert at == "c1" and recorder.take_interrupt(held) is None  # once
+    recorder.interrupted_at = (held, "c1")
+    assert recorder.take_interrupt(HeldLease("t1", "r1", held.attempt)) is None  # not its lease
+    db = FakeDb()
+    db.run(_core.release_lease(held, "ok", lazy=True, interrupted_at=at))
+    assert db.names() == [["mark_interrupted", "release_lease_lazy"]]
+    assert db.sent("mark_interrupted")[0].params == {
+        "thread_id": "t1", "run_id": "r1", "attempt": held.attempt, "checkpoint_id": "c1"
+    }  # fmt: skip
 
 
 # --- prune, delta history, versions -------------------------------------------------------

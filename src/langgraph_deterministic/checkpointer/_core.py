@@ -393,13 +393,25 @@ def _unadmit_params(info: CallInfo, attempt: str, admission: Admission) -> dict[
     }
 
 
-def release_lease(held: HeldLease, ended: str, *, lazy: bool = False) -> Operation[None]:
+def release_lease(
+    held: HeldLease, ended: str, *, lazy: bool = False, interrupted_at: str | None = None
+) -> Operation[None]:
     """The graph call of a lease holder returned (``ok``) or raised (``error``).
 
     ``lazy``: nothing else is in the transaction, so its commit need not wait for the WAL
     flush (see release_lease_lazy): a release lost to a server crash is a lease that
-    expires, as a crashed worker's does."""
-    yield Batch.write(_release_statement(held, ended, lazy=lazy))
+    expires, as a crashed worker's does.
+
+    ``interrupted_at``: the checkpoint of the last interrupt the call stored. Its run's
+    ledger row is made ``interrupted`` there if it reads ``running``: under durability
+    "async" the interrupt's write can commit before the put that creates the row."""
+    release = _release_statement(held, ended, lazy=lazy)
+    if interrupted_at is None:
+        yield Batch.write(release)
+        return
+    mark = {"thread_id": held.thread_id, "run_id": held.run_id, "attempt": held.attempt,
+            "checkpoint_id": interrupted_at}  # fmt: skip
+    yield Batch.write(Statement(queries()["mark_interrupted"], mark), release)
 
 
 def _release_statement(held: HeldLease, ended: str, *, lazy: bool = False) -> Statement:
@@ -746,6 +758,10 @@ def put_writes(
             # this attempt cannot store what it computes from it.
             yield Batch.write(Statement(queries()["refuse_attempt"], guard))
         raise ours from None
+    if guard is not None and guard["interrupted"]:
+        held = _admitted_attempt_of(info)
+        if held is not None and info.recorder is not None:  # for its release (release_lease)
+            info.recorder.interrupted_at = (held, checkpoint_id)
 
 
 def get_run(codec: Codec, thread_id: str, run_id: str) -> Operation[RunRecord | None]:

@@ -59,15 +59,19 @@ class LeaseKeeper:
             async def arelease(ended: str) -> None:
                 self.forget(held)
                 writes = self._pending(held.attempt)
+                at = recorder.take_interrupt(held)
                 try:
                     await self._arun(
-                        writes_first(_core.release_lease(held, ended, lazy=not writes), writes)
+                        writes_first(
+                            _core.release_lease(held, ended, lazy=not writes, interrupted_at=at),
+                            writes,
+                        )
                     )
                 except Exception:
                     if not writes:
                         raise
                     _lost(held, len(writes))
-                    await self._arun(_core.release_lease(held, ended, lazy=True))
+                    await self._arun(_core.release_lease(held, ended, lazy=True, interrupted_at=at))
 
             recorder.bind_release(arelease, is_async=True)
         else:
@@ -75,15 +79,19 @@ class LeaseKeeper:
             def release(ended: str) -> None:
                 self.forget(held)
                 writes = self._pending(held.attempt)
+                at = recorder.take_interrupt(held)
                 try:
                     self._run(
-                        writes_first(_core.release_lease(held, ended, lazy=not writes), writes)
+                        writes_first(
+                            _core.release_lease(held, ended, lazy=not writes, interrupted_at=at),
+                            writes,
+                        )
                     )
                 except Exception:
                     if not writes:
                         raise
                     _lost(held, len(writes))
-                    self._run(_core.release_lease(held, ended, lazy=True))
+                    self._run(_core.release_lease(held, ended, lazy=True, interrupted_at=at))
 
             recorder.bind_release(release, is_async=False)
         self.keep(held)

@@ -36,11 +36,19 @@ class RunInputRecorder(BaseCallbackHandler):
         #: that run's attempt (its lease and attempt token) once a committed root write of
         #: it has made its ledger row current: its later writes need not touch the row
         self.ledger_written: tuple[HeldLease, str | None] | None = None
+        #: that run's attempt and the checkpoint of the last interrupt it stored
+        self.interrupted_at: tuple[HeldLease, str] | None = None
         self._release: Callable[[str], Any] | None = None
         # The chain run of the call this config was built for: the first one reported to
         # this handler. LangChain hands a call's handlers on to the calls made inside it
         # (a graph invoked in a node of another), whose chains it reports here too.
         self._root: uuid.UUID | None = None
+
+    def take_interrupt(self, held: HeldLease) -> str | None:
+        """The checkpoint of the last interrupt ``held``'s attempt stored, once; None if it
+        stored none."""
+        marked, self.interrupted_at = self.interrupted_at, None
+        return marked[1] if marked is not None and marked[0] is held else None
 
     @property
     def bound(self) -> bool:

@@ -481,6 +481,17 @@ SELECT lgd_release_v3(%(thread_id)s, %(attempt)s, %(ended)s)
 SELECT lgd_release_v3(%(thread_id)s, %(attempt)s, %(ended)s),
        set_config('synchronous_commit', 'off', true)
 
+-- name: mark_interrupted
+-- At the release of a graph call that stored an interrupt, before it (the lease still
+-- this attempt's): its run's ledger row, if it reads running, is interrupted at that
+-- checkpoint. Under durability "async" the interrupt's write (lgd_guard_writes_v6 marks the
+-- row) can commit before the put that creates the row, which then reads running.
+UPDATE lgd_runs r SET status = 'interrupted', last_checkpoint_id = %(checkpoint_id)s,
+                      updated_at = now()
+FROM lgd_leases l
+WHERE r.thread_id = %(thread_id)s AND r.run_id = %(run_id)s AND r.status = 'running'
+  AND l.thread_id = r.thread_id AND l.attempt = %(attempt)s AND l.ended IS NULL
+
 -- name: renew_leases
 -- The heartbeat of the graph runs in flight in one process (one statement for all).
 UPDATE lgd_leases SET expires_at = now() + ttl
