@@ -11,6 +11,8 @@ python benchmarks/profile_client.py run ... --cprofile out.prof  # every thread,
 python benchmarks/profile_client.py run ... --src /tmp/base/src  # another checkout's code
 PROFILE_CLIENT_CGCTL=cgctl.so valgrind --tool=callgrind --callgrind-out-file=cg.%p \
     python benchmarks/profile_client.py run ... --buffer-writes 30
+python benchmarks/profile_client.py instructions --dsn DSN   # the above, for every side
+python benchmarks/profile_client.py instructions --dsn DSN --server-dumps DIR  # + server
 ```
 
 Under callgrind, ``$PROFILE_CLIENT_CGCTL`` names a shared library exporting ``cg_zero`` and
@@ -20,6 +22,13 @@ then dumped on its own (``cg.PID.1``, ...), warm-up and start-up excluded, every
 counted; instructions per run = the dump's total Ir / runs. Give ours a long
 ``--buffer-writes`` there: callgrind slows a run ~50x, so the write buffer's 0.05 s window
 would run out in every superstep and store the writes on their own.
+
+``instructions`` does that for every side (building the library from ``CGCTL_C``) and
+prints instructions per run side by side. With ``--server-dumps DIR`` it counts the
+server's too, from a Postgres run as ``valgrind --tool=callgrind --trace-children=yes
+--callgrind-out-file=DIR/cg.%p postgres -D ... -c autovacuum=off``: each side runs twice
+more over a pool of one, and the difference of the two backends' counts, per run, is the
+server's work for one run (start-up and warm-up cancel).
 
 Sides: ``ours`` (DeterministicSaver, policy require, ``run_config``), ``peer``
 (PostgresSaver / AsyncPostgresSaver), ``floor`` (floor.py's FloorSaver), ``floor_fenced``
@@ -288,6 +297,109 @@ def run(args: argparse.Namespace) -> None:
         stop_proxy()
 
 
+SIDES = ("memory", "floor", "floor_fenced", "ours", "peer")
+#: callgrind's client requests, built into a library for $PROFILE_CLIENT_CGCTL
+CGCTL_C = """#include <valgrind/callgrind.h>
+void cg_zero(void) { CALLGRIND_ZERO_STATS; }
+void cg_dump(void) { CALLGRIND_DUMP_STATS; }
+"""
+
+
+def _ir(path: Path) -> int:
+    """The instructions a callgrind dump counted (its ``summary:`` line)."""
+    for line in path.read_text().splitlines():
+        if line.startswith("summary:"):
+            return int(line.split()[1])
+    raise SystemExit(f"{path}: no summary line (did callgrind finish?)")
+
+
+def _run_argv(args: argparse.Namespace, side: str, runs: int, pool_size: int) -> list[str]:
+    return [sys.executable, str(Path(__file__).resolve()), "run", "--dsn", args.dsn,
+            "--side", side, "--mode", args.mode, "--runs", str(runs), "--warm",
+            str(args.warm), "--pool-size", str(pool_size), "--buffer-writes", "30"]  # fmt: skip
+
+
+def instructions(args: argparse.Namespace) -> int:
+    """Instructions per graph run, per side: the client under callgrind (each measured
+    block dumped on its own, warm-up and start-up excluded); with ``--server-dumps``, the
+    server's too. Counts, unlike CPU time, do not move with the machine's load."""
+    import shutil
+    import subprocess
+    import tempfile
+
+    if shutil.which("valgrind") is None or shutil.which("cc") is None:
+        print("instructions needs valgrind (with <valgrind/callgrind.h>) and a C compiler: "
+              "apt-get install valgrind gcc", file=sys.stderr)  # fmt: skip
+        return 2
+    sides = [s.strip() for s in args.sides.split(",") if s.strip()]
+    unknown = sorted(set(sides) - set(SIDES))
+    if unknown:
+        print(f"unknown sides {unknown}; choose from {', '.join(SIDES)}", file=sys.stderr)
+        return 2
+    table: dict[str, tuple[float, float | None]] = {}
+    with tempfile.TemporaryDirectory(prefix="lgd-instructions-") as tmp:
+        lib = Path(tmp) / "cgctl.so"
+        (Path(tmp) / "cgctl.c").write_text(CGCTL_C)
+        subprocess.run(["cc", "-shared", "-fPIC", "-o", str(lib), str(Path(tmp) / "cgctl.c")],
+                       check=True)  # fmt: skip
+        env = {**os.environ, "PROFILE_CLIENT_CGCTL": str(lib)}
+        for side in sides:
+            out = Path(tmp) / f"client-{side}"
+            # Callgrind slows a run ~50x: ours' write window (30 s here) must not run out.
+            subprocess.run(
+                ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}.%p", "-q",
+                 *_run_argv(args, side, args.runs, args.pool_size)],
+                env=env, check=True, stdout=subprocess.DEVNULL,
+            )  # fmt: skip
+            (dump,) = Path(tmp).glob(f"client-{side}.*.1")  # the one measured block
+            client = _ir(dump) / args.runs
+            server = None if args.server_dumps is None else _server_ir(args, side)
+            table[side] = (client, server)
+            print(f"  {side}: client {client / 1e6:.2f}M"
+                  + ("" if server is None else f", server {server / 1e6:.2f}M")
+                  + " instructions per run", file=sys.stderr, flush=True)  # fmt: skip
+    print(f"instructions per {args.mode} graph run (callgrind; client: {args.runs} runs after "
+          f"{args.warm} warm-up; server: one backend, the difference of two runs' counts)")  # fmt: skip
+    print(f"{'side':<14} {'client':>9} {'server':>9} {'total':>9} {'vs peer':>8}")
+    peer = table.get("peer")
+    for side, (client, server) in table.items():
+        total = client + (server or 0.0)
+        ratio = ""
+        if peer is not None and (server is None) == (peer[1] is None):
+            ratio = f"{total / (peer[0] + (peer[1] or 0.0)):.3f}x"
+        srv = "-" if server is None else f"{server / 1e6:.2f}M"
+        print(f"{side:<14} {client / 1e6:>8.2f}M {srv:>9} {total / 1e6:>8.2f}M {ratio:>8}")
+    return 0
+
+
+def _server_ir(args: argparse.Namespace, side: str) -> float | None:
+    """The server's instructions per run of ``side``: two runs of it over a pool of one
+    (``--runs`` and a quarter of it), each a backend of its own under the callgrind the
+    server runs in, which writes the backend's counts to ``--server-dumps`` when it exits;
+    their difference per run cancels the backend's start-up and warm-up."""
+    import subprocess
+    import time
+
+    if side == "memory":
+        return None
+    dumps = Path(args.server_dumps)
+    counts = []
+    small = max(1, args.runs // 4)
+    for runs in (small, args.runs):
+        before = set(dumps.iterdir())
+        subprocess.run(_run_argv(args, side, runs, 1), check=True, stdout=subprocess.DEVNULL)
+        for _ in range(50):  # the backend writes its dump as it exits, after the pool closed
+            new = [p for p in set(dumps.iterdir()) - before if not p.name.endswith(".1")]
+            if new and all(p.stat().st_size for p in new):
+                break
+            time.sleep(0.2)
+        if len(new) != 1:
+            raise SystemExit(f"expected one new backend dump in {dumps}, found {len(new)}: "
+                             "is the server running under callgrind, writing there?")  # fmt: skip
+        counts.append(_ir(new[0]))
+    return (counts[1] - counts[0]) / (args.runs - small)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="cmd", required=True)
@@ -295,7 +407,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--url", default=os.environ.get("DATABASE_URL"))
     r = sub.add_parser("run", help="measure one side")
     r.add_argument("--dsn", required=True)
-    r.add_argument("--side", choices=("ours", "peer", "floor", "floor_fenced", "memory"), default="ours")
+    r.add_argument("--side", choices=SIDES, default="ours")
     r.add_argument("--mode", choices=("sync", "async"), default="sync")
     r.add_argument("-c", "--concurrency", type=int, default=1)
     r.add_argument("--runs", type=int, default=30, help="runs per measured block")
@@ -310,7 +422,20 @@ def main(argv: list[str] | None = None) -> int:
     )  # fmt: skip
     r.add_argument("--cprofile", default=None, help="write a merged cProfile here")
     r.add_argument("--src", default=None, help="import langgraph_deterministic from here")
+    i = sub.add_parser("instructions", help="instructions per run of each side (callgrind)")
+    i.add_argument("--dsn", required=True)
+    i.add_argument("--sides", default=",".join(SIDES))
+    i.add_argument("--mode", choices=("sync", "async"), default="async")
+    i.add_argument("--runs", type=int, default=12, help="measured runs per side")
+    i.add_argument("--warm", type=int, default=4, help="warm-up runs")
+    i.add_argument("--pool-size", type=int, default=10)
+    i.add_argument(
+        "--server-dumps", default=None,
+        help="the directory the server, run under callgrind, writes its backends' dumps to",
+    )  # fmt: skip
     args = parser.parse_args(argv)
+    if args.cmd == "instructions":
+        return instructions(args)
     if args.cmd == "prepare":
         print(prepare(args.url))
         return 0

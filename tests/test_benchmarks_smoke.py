@@ -399,3 +399,49 @@ def test_delay_proxy_relays_what_postgres_says_in_order(dsn: str, engine: str) -
         assert cpu is not None and cpu > 0, cpu
     finally:
         proxy.stop()
+
+
+PROFILE = Path(__file__).resolve().parents[1] / "benchmarks" / "profile_client.py"
+
+
+def _profile(*argv: str, timeout: float = 240) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, str(PROFILE), *argv],
+        capture_output=True, text=True, timeout=timeout, check=False,
+    )  # fmt: skip
+
+
+def test_profile_client_prepares_a_database_and_measures_each_side(dsn: str) -> None:
+    """benchmarks/profile_client.py: ``prepare`` makes a database with both savers'
+    tables, ``run`` prints one JSON line per measured block, for ours and the contract's
+    floor (floor_fenced), sync and async."""
+    prepared = _profile("prepare", "--url", dsn)
+    assert prepared.returncode == 0, prepared.stdout + prepared.stderr
+    db = prepared.stdout.strip().splitlines()[-1]
+    for side, mode in (("ours", "async"), ("floor_fenced", "sync")):
+        done = _profile("run", "--dsn", db, "--side", side, "--mode", mode, "--runs", "2",
+                        "--warm", "1", "--blocks", "2")  # fmt: skip
+        assert done.returncode == 0, done.stdout + done.stderr
+        blocks = [json.loads(line) for line in done.stdout.splitlines()]
+        assert [b["block"] for b in blocks] == [0, 1], done.stdout
+        assert all(b["side"] == side and b["runs"] == 2 and b["cpu_ms"] > 0 for b in blocks)
+
+
+def test_profile_client_counts_instructions_per_run_under_callgrind(dsn: str) -> None:
+    """``instructions`` builds callgrind's client-request library, runs a side under
+    callgrind and prints its instructions per run (only the measured block's)."""
+    import shutil
+
+    if shutil.which("valgrind") is None or shutil.which("cc") is None:
+        pytest.skip("valgrind or a C compiler is missing (apt-get install valgrind gcc)")
+    prepared = _profile("prepare", "--url", dsn)
+    assert prepared.returncode == 0, prepared.stdout + prepared.stderr
+    db = prepared.stdout.strip().splitlines()[-1]
+    done = _profile("instructions", "--dsn", db, "--sides", "floor_fenced", "--runs", "1",
+                    "--warm", "1", timeout=420)  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    (row,) = re.findall(r"^floor_fenced\s+([\d.]+)M\s+-\s+([\d.]+)M", done.stdout, re.MULTILINE)
+    client, total = map(float, row)
+    assert client == total and 10 < client < 1000, done.stdout  # millions per run
+    refused = _profile("instructions", "--dsn", db, "--sides", "nobody")
+    assert refused.returncode == 2 and "unknown sides ['nobody']" in refused.stderr
