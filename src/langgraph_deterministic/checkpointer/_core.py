@@ -570,7 +570,8 @@ def put(
     held = _admitted_attempt_of(info) if guard is not None and guard["ledger"] else None
     if held is not None and guard is not None:
         assert info.recorder is not None  # held comes from it
-        if info.recorder.ledger_written == (held, info.attempt):
+        written = info.recorder.ledger_written
+        if written is not None and written[0] is held and written[1] == info.attempt:
             # A committed write of this attempt has made its ledger row current (running,
             # this attempt): lgd_put_checkpoint_v6 would read the row on every write to
             # find nothing to change, and the parent's run id to find it is this run's.
