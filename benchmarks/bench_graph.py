@@ -82,6 +82,8 @@ from devtools.postgres import (
     redact_dsn,
 )
 from langgraph_deterministic import DeterministicSaver
+from langgraph_deterministic.pool import AsyncConnectionPool as AsyncNewestFirstPool
+from langgraph_deterministic.pool import ConnectionPool as NewestFirstPool
 
 SIDES: tuple[str, ...] = ("ours", "peer", "memory")
 # --ab adds ours with per-call commits (buffer_writes=False): the gain of folding writes
@@ -171,13 +173,19 @@ async def open_net(
     policy: str,
     shared: bool,
     proxy: delay_proxy.Proxy | None = None,
+    pool_order: str = "oldest",
 ) -> Net:
+    # "oldest": psycopg_pool's order (what a user's own pool does); "newest":
+    # langgraph_deterministic.pool's (what DeterministicSaver(dsn) builds)
+    sync_cls: Any = ConnectionPool if pool_order == "oldest" else NewestFirstPool
+    async_cls: Any = AsyncConnectionPool if pool_order == "oldest" else AsyncNewestFirstPool
+
     async def pools(kwargs: dict[str, Any], tag: str) -> tuple[Any, Any]:
-        pool: ConnectionPool[Any] = ConnectionPool(
+        pool: ConnectionPool[Any] = sync_cls(
             dsn, min_size=size, max_size=size, kwargs=kwargs, open=False, name=f"g-{tag}"
         )
         await asyncio.to_thread(pool.open, True, 30)
-        apool: AsyncConnectionPool[Any] = AsyncConnectionPool(
+        apool: AsyncConnectionPool[Any] = async_cls(
             dsn, min_size=size, max_size=size, kwargs=kwargs, open=False, name=f"ga-{tag}"
         )
         await apool.open(wait=True, timeout=30)
@@ -394,6 +402,11 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--nets", default="direct,1ms", help="comma-separated subset of direct,1ms")
     parser.add_argument("--rtt-ms", type=float, default=1.0, help="proxy delay per round trip")
     parser.add_argument("--pool-size", type=int, default=10)
+    parser.add_argument(
+        "--pool-order", choices=("oldest", "newest"), default="oldest",
+        help="which idle connection the pool hands out: psycopg_pool's (oldest, the "
+             "default) or langgraph_deterministic.pool's (newest); both sides alike",
+    )  # fmt: skip
     parser.add_argument("--proxy-engine", choices=delay_proxy.ENGINES, default="relay")
     parser.add_argument("--run-id-policy", default="require", choices=["require", "warn", "off"])
     parser.add_argument("--scale", type=float, default=1.0, help="multiply runs per sample")
@@ -471,7 +484,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         shared = refused is None
         pools_note = (
             f"both savers on the SAME pool per network (size {args.pool_size}, LangGraph's "
-            "settings)"
+            f"settings, {args.pool_order} idle connection first)"
             if shared
             else f"NOT the same pool: DeterministicSaver failed on LangGraph's settings "
             f"(row_factory=dict_row: {(refused or '')[:80]}); each saver its own pool (size "
@@ -497,7 +510,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             nets = {
                 n: await open_net(
                     n, dsns[n], args.pool_size, args.run_id_policy, shared,
-                    proxy if n == "1ms" else None,
+                    proxy if n == "1ms" else None, args.pool_order,
                 )
                 for n in args.nets
             }

@@ -331,6 +331,10 @@ def instructions(args: argparse.Namespace) -> int:
         print("instructions needs valgrind (with <valgrind/callgrind.h>) and a C compiler: "
               "apt-get install valgrind gcc", file=sys.stderr)  # fmt: skip
         return 2
+    if args.server_dumps is not None and args.runs < 4:
+        print("--server-dumps needs --runs >= 4 (it subtracts a run of a quarter as many)",
+              file=sys.stderr)  # fmt: skip
+        return 2
     sides = [s.strip() for s in args.sides.split(",") if s.strip()]
     unknown = sorted(set(sides) - set(SIDES))
     if unknown:
@@ -383,21 +387,35 @@ def _server_ir(args: argparse.Namespace, side: str) -> float | None:
     if side == "memory":
         return None
     dumps = Path(args.server_dumps)
+
+    def settled() -> set[Path]:
+        """The directory once no backend is still writing its dump (backends of earlier
+        runs exit after their process has returned)."""
+        seen: dict[Path, int] = {}
+        for _ in range(100):
+            now = {p: p.stat().st_size for p in dumps.iterdir()}
+            if now == seen and all(_has_summary(p) for p in now if p.stat().st_size):
+                return set(now)
+            seen = now
+            time.sleep(0.3)
+        raise SystemExit(f"the dumps in {dumps} kept changing for 30 s")
+
     counts = []
-    small = max(1, args.runs // 4)
+    small = args.runs // 4
     for runs in (small, args.runs):
-        before = set(dumps.iterdir())
+        before = settled()
         subprocess.run(_run_argv(args, side, runs, 1), check=True, stdout=subprocess.DEVNULL)
-        for _ in range(50):  # the backend writes its dump as it exits, after the pool closed
-            new = [p for p in set(dumps.iterdir()) - before if not p.name.endswith(".1")]
-            if new and all(p.stat().st_size for p in new):
-                break
-            time.sleep(0.2)
+        new = [p for p in settled() - before if not p.name.endswith(".1")]
         if len(new) != 1:
             raise SystemExit(f"expected one new backend dump in {dumps}, found {len(new)}: "
                              "is the server running under callgrind, writing there?")  # fmt: skip
         counts.append(_ir(new[0]))
     return (counts[1] - counts[0]) / (args.runs - small)
+
+
+def _has_summary(path: Path) -> bool:
+    with path.open("rb") as f:
+        return any(line.startswith(b"summary:") for line in f)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -729,7 +729,7 @@ def test_a_release_alone_does_not_wait_for_the_flush() -> None:
 def test_the_release_of_a_call_that_stored_an_interrupt_marks_its_run_first() -> None:
     """The interrupt's write of an admitted attempt is noted on its recorder; the release
     (once, and only for that attempt's lease) sends mark_interrupted before itself, in its
-    transaction."""
+    transaction, which then waits for the WAL flush like any state change."""
     config = graph_config()
     db = FakeDb().on("admit", [admit_row("admitted", holder=None)])
     db.on("select_head_with_run", head_with_run(checkpoint_row("c0")))
@@ -747,7 +747,7 @@ def test_the_release_of_a_call_that_stored_an_interrupt_marks_its_run_first() ->
     assert recorder.take_interrupt(HeldLease("t1", "r1", held.attempt)) is None  # not its lease
     db = FakeDb()
     db.run(_core.release_lease(held, "ok", lazy=True, interrupted_at=at))
-    assert db.names() == [["mark_interrupted", "release_lease_lazy"]]
+    assert db.names() == [["mark_interrupted", "release_lease"]]  # durable: not lazy
     assert db.sent("mark_interrupted")[0].params == {
         "thread_id": "t1", "run_id": "r1", "attempt": held.attempt, "checkpoint_id": "c1"
     }  # fmt: skip

@@ -404,11 +404,13 @@ def release_lease(
 
     ``interrupted_at``: the checkpoint of the last interrupt the call stored. Its run's
     ledger row is made ``interrupted`` there if it reads ``running``: under durability
-    "async" the interrupt's write can commit before the put that creates the row."""
-    release = _release_statement(held, ended, lazy=lazy)
+    "async" the interrupt's write can commit before the put that creates the row. That
+    transaction waits for the WAL flush, ``lazy`` or not."""
     if interrupted_at is None:
-        yield Batch.write(release)
+        yield Batch.write(_release_statement(held, ended, lazy=lazy))
         return
+    # The mark is the run's state, not only the lease's: its commit waits for the flush.
+    release = _release_statement(held, ended)
     mark = {"thread_id": held.thread_id, "run_id": held.run_id, "attempt": held.attempt,
             "checkpoint_id": interrupted_at}  # fmt: skip
     yield Batch.write(Statement(queries()["mark_interrupted"], mark), release)

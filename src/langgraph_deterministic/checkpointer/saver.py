@@ -84,6 +84,8 @@ from langgraph_deterministic.checkpointer.contract import (
     find_recorder,
 )
 from langgraph_deterministic.errors import ConfigurationError, SaverClosedError
+from langgraph_deterministic.pool import AsyncConnectionPool as AsyncNewestFirstPool
+from langgraph_deterministic.pool import ConnectionPool as NewestFirstPool
 
 logger = logging.getLogger("langgraph_deterministic")
 
@@ -383,7 +385,7 @@ class DeterministicSaver(BaseCheckpointSaver[str]):
                     # Connect once directly first: a pool retries a refused connection
                     # until its timeout and then reports only that it timed out.
                     direct = _probe(self._dsn, self._connect_kwargs)
-                    pool: ConnectionPool[Any] = ConnectionPool(
+                    pool: ConnectionPool[Any] = NewestFirstPool(
                         self._dsn,
                         min_size=self._pool_min_size,
                         max_size=self._pool_max_size,
@@ -409,7 +411,7 @@ class DeterministicSaver(BaseCheckpointSaver[str]):
                     async def track(conn: AsyncConnection[Any]) -> None:
                         opened.add(conn)
 
-                    pool: AsyncConnectionPool[Any] = AsyncConnectionPool(
+                    pool: AsyncConnectionPool[Any] = AsyncNewestFirstPool(
                         self._dsn,
                         min_size=self._pool_min_size,
                         max_size=self._pool_max_size,
