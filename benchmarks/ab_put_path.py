@@ -295,8 +295,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         op = base.put(*put_args)
         return writes_first(op, pending) if pending else op
 
-    def base_release(held: Any, ended: str, *, lazy: bool = False) -> Any:
-        return base.release_lease(held, ended)  # a base without lazy releases
+    def base_release(
+        held: Any, ended: str, *, lazy: bool = False, interrupted_at: str | None = None
+    ) -> Any:
+        # a base without lazy releases or interrupt marks (no graph here interrupts)
+        return base.release_lease(held, ended)
 
     here = {"put": _core.put, "put_writes": _core.put_writes, "release_lease": _core.release_lease}
     variants: dict[str, dict[str, Callable[..., Any]]] = {
@@ -310,8 +313,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.eager_release:
         release_here = _core.release_lease
 
-        def eager_release(held: Any, ended: str, *, lazy: bool = False) -> Any:
-            return release_here(held, ended)  # every release waits for the WAL flush
+        def eager_release(
+            held: Any, ended: str, *, lazy: bool = False, interrupted_at: str | None = None
+        ) -> Any:
+            # every release waits for the WAL flush
+            return release_here(held, ended, interrupted_at=interrupted_at)
 
         variants["eager release"] = {**here, "release_lease": eager_release}
     try:
