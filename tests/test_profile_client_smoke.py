@@ -29,7 +29,7 @@ def _tool(*args: str) -> str:
 def test_every_side_reports_cpu_per_run_and_a_profile(dsn: str, tmp_path: Path) -> None:
     db = _tool("prepare", "--url", dsn).strip().splitlines()[-1]
     try:
-        for side in ("ours", "peer", "floor", "memory"):
+        for side in ("ours", "peer", "floor", "floor_fenced", "memory"):
             for mode in ("sync", "async"):
                 out = _tool(
                     "run", "--dsn", db, "--side", side, "--mode", mode, "-c", "2",
@@ -42,5 +42,33 @@ def test_every_side_reports_cpu_per_run_and_a_profile(dsn: str, tmp_path: Path) 
         _tool("run", "--dsn", db, "--runs", "1", "--warm", "0", "--cprofile", str(prof))
         names = {fn for (_file, _line, fn) in pstats.Stats(str(prof)).stats}
         assert {"put", "put_writes", "get_tuple"} <= names, sorted(names)
+    finally:
+        drop_database(dsn, database_name(db))
+
+
+def test_instructions_counts_a_side_under_callgrind(dsn: str) -> None:
+    """``instructions`` builds callgrind's client-request library, runs a side under
+    callgrind and prints its instructions per run (only the measured block's); unknown
+    sides and a server count from too few runs are refused."""
+    import re
+    import shutil
+
+    import pytest
+
+    if shutil.which("valgrind") is None or shutil.which("cc") is None:
+        pytest.skip("valgrind or a C compiler is missing (apt-get install valgrind gcc)")
+    db = _tool("prepare", "--url", dsn).strip().splitlines()[-1]
+    try:
+        out = _tool("instructions", "--dsn", db, "--sides", "floor_fenced", "--runs", "1",
+                    "--warm", "1")  # fmt: skip
+        (row,) = re.findall(r"^floor_fenced\s+([\d.]+)M\s+-\s+([\d.]+)M", out, re.MULTILINE)
+        client, total = map(float, row)
+        assert client == total and 10 < client < 1000, out  # millions per run
+        for bad in (["--sides", "nobody"], ["--runs", "2", "--server-dumps", "/tmp"]):
+            done = subprocess.run(
+                [sys.executable, str(TOOL), "instructions", "--dsn", db, *bad],
+                capture_output=True, text=True, timeout=60, check=False,
+            )  # fmt: skip
+            assert done.returncode == 2 and done.stderr, (bad, done.stderr)
     finally:
         drop_database(dsn, database_name(db))
