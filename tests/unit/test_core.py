@@ -490,8 +490,8 @@ def test_a_run_that_found_its_thread_empty_closes_no_run_with_its_writes() -> No
 def test_an_attempt_s_ledger_row_is_written_by_its_first_committed_write_only() -> None:
     """The first root write of an admitted attempt brings its ledger row up to date; its
     later writes skip the ledger (ledger False: no read of the row, no parent's run id).
-    A write that failed made nothing current, and a new attempt (a retry with the same
-    config) writes its row again."""
+    A write that failed made nothing current; a write with another attempt token, and a
+    new attempt (a retry with the same config), write the row again."""
     config = graph_config()
 
     def admit() -> None:
@@ -516,6 +516,10 @@ def test_an_attempt_s_ledger_row_is_written_by_its_first_committed_write_only() 
     assert put("c1", "c0") == (True, "superseded")  # the retried write: the row's first
     assert put("c2", "c1") == (False, None)
     assert put("c3", "c2") == (False, None)
+    # A write carrying another attempt token is not this attempt's: the full ledger path.
+    config["configurable"][ATTEMPT_KEY] = "another-attempt"
+    assert put("c4", "c3") == (True, "superseded")
+    del config["configurable"][ATTEMPT_KEY]
     admit()  # a new attempt
     assert put("c1", "c0") == (True, "superseded")
     assert put("c2", "c1") == (False, None)
