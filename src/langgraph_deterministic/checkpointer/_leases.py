@@ -54,44 +54,44 @@ class LeaseKeeper:
         if recorder is None or recorder.held is None:
             return
         held = recorder.held
+
+        def ops(ended: str) -> tuple[Operation[None], Operation[None] | None, int]:
+            """The release with the run's pending writes in its transaction; when there
+            are writes, the release alone (run on a fresh connection if the first fails)
+            and how many writes it would leave behind."""
+            self.forget(held)
+            writes = self._pending(held.attempt)
+            at = recorder.take_interrupt(held)
+            first = _core.release_lease(held, ended, lazy=not writes, interrupted_at=at)
+            if not writes:
+                return first, None, 0
+            alone = _core.release_lease(held, ended, lazy=True, interrupted_at=at)
+            return writes_first(first, writes), alone, len(writes)
+
         if is_async:
 
             async def arelease(ended: str) -> None:
-                self.forget(held)
-                writes = self._pending(held.attempt)
-                at = recorder.take_interrupt(held)
+                first, alone, count = ops(ended)
                 try:
-                    await self._arun(
-                        writes_first(
-                            _core.release_lease(held, ended, lazy=not writes, interrupted_at=at),
-                            writes,
-                        )
-                    )
+                    await self._arun(first)
                 except Exception:
-                    if not writes:
+                    if alone is None:
                         raise
-                    _lost(held, len(writes))
-                    await self._arun(_core.release_lease(held, ended, lazy=True, interrupted_at=at))
+                    _lost(held, count)
+                    await self._arun(alone)
 
             recorder.bind_release(arelease, is_async=True)
         else:
 
             def release(ended: str) -> None:
-                self.forget(held)
-                writes = self._pending(held.attempt)
-                at = recorder.take_interrupt(held)
+                first, alone, count = ops(ended)
                 try:
-                    self._run(
-                        writes_first(
-                            _core.release_lease(held, ended, lazy=not writes, interrupted_at=at),
-                            writes,
-                        )
-                    )
+                    self._run(first)
                 except Exception:
-                    if not writes:
+                    if alone is None:
                         raise
-                    _lost(held, len(writes))
-                    self._run(_core.release_lease(held, ended, lazy=True, interrupted_at=at))
+                    _lost(held, count)
+                    self._run(alone)
 
             recorder.bind_release(release, is_async=False)
         self.keep(held)
