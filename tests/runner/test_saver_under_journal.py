@@ -244,3 +244,30 @@ async def test_astream_commits_when_the_stream_ends(
     state = await graph.aget_state({"configurable": {"thread_id": thread}})
     assert state.next == ("approve",)
     assert len(state.values["results"]) == 5
+
+
+@pytest.mark.parametrize("durability", ["async", "sync", "exit"])
+async def test_an_interrupted_run_reads_interrupted_after_its_one_commit(
+    saver: DeterministicSaver, durability: str
+) -> None:
+    """The journal's commit stores a run's writes in the order LangGraph made them: under
+    durability "async" the interrupt's write can come before the put that creates the run's
+    ledger row (a resume's batch starts with the Command's writes). In one transaction the
+    row still ends ``interrupted`` at the interrupted checkpoint, as a direct call's does
+    (tests/contract/test_rows.py)."""
+    from tests.contract.test_rows import ASYNC_INTERRUPT_TURNS, build_asking
+
+    graph = build_asking(asynchronous=True).compile(checkpointer=saver)
+    for i in range(4):
+        thread = f"int-{durability}-{i}-{uuid.uuid4().hex[:6]}"
+        for run, given in ASYNC_INTERRUPT_TURNS:
+            runner = DeterministicRunner(
+                journal=FakeJournal(FakeAttempt(Store(), io_ticks=lambda _n: 1)))
+            out = await runner.ainvoke(graph, given, run_config(thread, run),
+                                       durability=durability)  # fmt: skip
+            assert "__interrupt__" in out
+            head = await saver.aget_tuple({"configurable": {"thread_id": thread}})
+            record = await saver.aget_run(thread, run)
+            assert head is not None and record is not None
+            assert (record.status, record.last_checkpoint_id) == (
+                "interrupted", head.config["configurable"]["checkpoint_id"]), (thread, run)
