@@ -83,6 +83,42 @@ def test_missing_tables_say_run_setup(pg_server_dsn: str) -> None:
         drop_database(pg_server_dsn, database_name(empty))
 
 
+class _S(TypedDict):
+    n: int
+
+
+@pytest.mark.parametrize("tables", ["none", "the peer's"])
+def test_a_graph_run_before_setup_says_run_setup_and_writes_nothing(
+    pg_server_dsn: str, tables: str
+) -> None:
+    """The most common first mistake, and the adoption case: a database with no tables,
+    or only langgraph-checkpoint-postgres's. The run's admission calls one of our
+    functions first: its absence is a SchemaNotReadyError too, not psycopg's
+    UndefinedFunction."""
+    from langgraph.checkpoint.postgres import PostgresSaver
+    from tests.conftest import make_database
+
+    from devtools.postgres import database_name, drop_database
+    from langgraph_deterministic import run_config
+
+    db = make_database(pg_server_dsn, prefix="lgd_nosetup_run")
+    try:
+        if tables != "none":
+            with PostgresSaver.from_conn_string(db) as peer:
+                peer.setup()
+        graph = StateGraph(_S)
+        graph.add_node("inc", lambda s: {"n": s["n"] + 1})
+        graph.add_edge(START, "inc")
+        with DeterministicSaver(db) as saver:
+            compiled = graph.compile(checkpointer=saver)
+            with pytest.raises(SchemaNotReadyError, match=r"setup\(\).*migrate --phase pre"):
+                compiled.invoke({"n": 0}, run_config("t", "r1"))
+        if tables != "none":
+            assert _counts(db) == (0, 0, 0)
+    finally:
+        drop_database(pg_server_dsn, database_name(db))
+
+
 def test_connection_without_autocommit_is_refused(ready: str) -> None:
     with psycopg.connect(ready) as conn, pytest.raises(ConfigurationError, match="autocommit=True"):
         DeterministicSaver(conn)

@@ -33,6 +33,19 @@ def translate_error(exc: BaseException) -> BaseException:
             "Run `saver.setup()` (or `await saver.asetup()`, or the CLI "
             "`langgraph-deterministic migrate`) once against this database before use."
         )
+    if isinstance(exc, psycopg.errors.UndefinedFunction) and "lgd_" in (
+        exc.diag.message_primary or ""
+    ):
+        # Our versioned functions (lgd_..._vN): the database predates this version of the
+        # package (setup() never ran, or a rolling deploy started these workers before
+        # its pre-migrations).
+        return SchemaNotReadyError(
+            f"This database lacks a function this version of langgraph-deterministic calls "
+            f"({exc.diag.message_primary}): its migrations have not run here yet. Run "
+            "`saver.setup()` (or `await saver.asetup()`), or, beside live workers of an "
+            "older version, `langgraph-deterministic migrate --phase pre`, then retry. "
+            "Nothing was written."
+        )
     if isinstance(exc, psycopg.OperationalError) and _is_connection_failure(exc):
         # The server's (or the pooler's) own reason is in the message: keep it whole.
         reason = str(exc).strip()
