@@ -133,3 +133,40 @@ def test_an_interrupted_concurrent_index_build_is_redone(fresh: str) -> None:
 def test_post_phase_needs_the_pre_phase_first(fresh: str) -> None:
     with DeterministicSaver(fresh) as saver, pytest.raises(ConfigurationError, match="--phase pre"):
         saver.setup(phase="post")
+
+
+def test_a_role_that_does_not_own_the_peers_tables_gets_a_migration_error(
+    fresh: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Adopting with the application's role: it may use the peer's tables, but altering or
+    indexing them takes their owner. The failed step names that, as a MigrationError (the
+    CLI prints one line, no traceback), and the steps before it stay applied."""
+    import uuid
+
+    from langgraph_deterministic import MigrationError
+    from langgraph_deterministic.cli import main
+
+    with PostgresSaver.from_conn_string(fresh) as peer:
+        peer.setup()
+    role = f"lgd_app_{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(fresh, autocommit=True) as conn:
+        conn.execute(f"CREATE ROLE {role} LOGIN")
+        conn.execute(f"GRANT CREATE, USAGE ON SCHEMA public TO {role}")
+        conn.execute(f"GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA public TO {role}")
+    as_app = psycopg.conninfo.make_conninfo(fresh, user=role)
+    try:
+        with DeterministicSaver(as_app) as saver, pytest.raises(MigrationError) as err:
+            saver.setup()
+        assert "owns the tables" in str(err.value) and "must be owner" in str(err.value)
+        capsys.readouterr()
+        assert main(["migrate", "--dsn", as_app]) != 0
+        out = capsys.readouterr().err
+        assert out.startswith("error: Migration ") and "Traceback" not in out
+        # As the owner, the same migration completes from where it stopped.
+        with DeterministicSaver(fresh) as saver:
+            saver.setup()
+            assert saver.applied_migrations() == {m.version for m in discover()}
+    finally:
+        with psycopg.connect(fresh, autocommit=True) as conn:
+            conn.execute(f"DROP OWNED BY {role}")
+            conn.execute(f"DROP ROLE {role}")

@@ -342,6 +342,8 @@ def _retrying(
             yield _single(f"SELECT pg_sleep({pause})")
         except psycopg.errors.QueryCanceled as exc:
             raise _cancelled(migration, what, exc) from exc
+        except psycopg.errors.InsufficientPrivilege as exc:
+            raise _not_permitted(migration, what, exc) from exc
     raise AssertionError("unreachable")  # pragma: no cover
 
 
@@ -390,6 +392,19 @@ def _cancelled(migration: Migration, sql: str, exc: BaseException) -> MigrationE
         "CONCURRENTLY is dropped and rebuilt by the next run) and the advisory lock "
         "released. Fix: run `langgraph-deterministic migrate` (or setup()) again; if a "
         "statement_timeout cancelled it, run it on a connection without one."
+    )
+
+
+def _not_permitted(migration: Migration, sql: str, exc: BaseException) -> MigrationError:
+    first_line = " ".join(sql.split())[:100]
+    return MigrationError(
+        f"Migration {label(migration)} is not permitted to `{first_line}` "
+        f"({str(exc).strip()}). Altering or indexing the checkpoint tables takes their "
+        "owner (Postgres has no grant for it), and creating ours takes CREATE on the "
+        "schema. This step was rolled back; the migrations before it stay applied. Fix: "
+        "run `langgraph-deterministic migrate` (or setup()) as the role that owns the "
+        "tables (the one that ran PostgresSaver.setup(), when adopting), then let workers "
+        "connect as their usual role."
     )
 
 
