@@ -9,7 +9,10 @@ Rules it enforces, like Restate's shared core:
 * while commands remain to replay, waiting on an op whose result is not journaled is an
   error ("'await' could not be replayed");
 * an op's function runs only once it is awaited in processing mode; its result becomes
-  durable when recorded, and a crash before that loses it (the op runs again on retry).
+  durable when recorded, and a crash before that loses it (the op runs again on retry);
+* a timer (a ``SleepSpec`` op, ``is_timer``) fires on the "server" a few ticks after it is
+  created, whether or not anyone waits on it; on replay, a timer that fired is ready at
+  once (its completion is in the journal).
 
 A crash is modelled as "the attempt stops persisting after N durable events": the store
 keeps what was persisted and the attempt is aborted with ``Crash``.
@@ -23,7 +26,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from langgraph_deterministic.runner._context import IN_OP, RunSpec
+from langgraph_deterministic.runner._context import IN_OP, RunSpec, SleepSpec
 
 
 class Crash(BaseException):
@@ -71,6 +74,7 @@ class FakeAttempt:
         self.polls = 0
         self.polls_while_replaying = 0
         self.crashed = False
+        self.timers: set[int] = set()
 
     # durable events -------------------------------------------------------------------
 
@@ -105,9 +109,32 @@ class FakeAttempt:
         return idx
 
     def start_op(self, key: str, spec: Any) -> int:
+        if isinstance(spec, SleepSpec):
+            idx = self._command("timer", key)
+            self.timers.add(idx)
+            if idx not in self.done:  # not fired yet: the server's clock runs it
+                self.running[idx] = asyncio.get_running_loop().create_task(self._fire(idx))
+            return idx
         idx = self._command("op", key)
         self.specs[idx] = (key, spec)
         return idx
+
+    def is_timer(self, handle: int) -> bool:
+        return handle in self.timers
+
+    async def _fire(self, idx: int) -> None:
+        for _ in range(self.io_ticks("timer")):
+            await asyncio.sleep(0)
+        if self.crashed:
+            return
+        try:
+            self._persist()
+        except Crash:
+            self.changed.set()
+            return
+        self.store.results[idx] = (True, None)
+        self.done[idx] = (True, None)
+        self.changed.set()
 
     def start_decision(self, keys: list[str]) -> int:
         idx = self._command("decision", "lgd:order")

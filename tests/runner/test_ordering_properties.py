@@ -1,7 +1,7 @@
 """Property tests of the ordering core, without Restate.
 
 For any program of concurrent tasks (non-durable work of random length, durable ops one at
-a time or several at once via asyncio.gather), any I/O timing on the first execution, any
+a time or several at once via asyncio.gather, durable timers), any I/O timing on the first execution, any
 crash points, and any wake-up order on each replay:
 
 * no replay ever creates a command other than the journaled one (no mismatch), and no
@@ -26,7 +26,7 @@ from langgraph.types import Send
 from typing_extensions import TypedDict
 
 from langgraph_deterministic.runner import DeterministicRunner, OpScheduler, durable
-from langgraph_deterministic.runner._context import RunSpec
+from langgraph_deterministic.runner._context import RunSpec, SleepSpec
 
 from .fake_journal import Crash, FakeAttempt, FakeJournal, Store
 
@@ -35,6 +35,7 @@ ATTEMPT_TIMEOUT = 5.0  # bounds a hang; examples take milliseconds
 step = st.one_of(
     st.tuples(st.just("work"), st.integers(0, 4)),
     st.tuples(st.just("ops"), st.integers(1, 3)),
+    st.tuples(st.just("sleep"), st.just(0)),
 )
 programs = st.lists(st.lists(step, min_size=1, max_size=4), min_size=1, max_size=4)
 crash_points = st.lists(st.integers(0, 25), max_size=3)
@@ -57,6 +58,9 @@ async def _task(
         if kind == "work":
             for _ in range(n + rnd.randint(0, 2)):
                 await asyncio.sleep(0)
+            continue
+        if kind == "sleep":  # a durable timer (ctx.sleep): handed back once witnessed
+            await sched.request(f"t{t}/s{s}/sleep", SleepSpec(0.0))
             continue
 
         async def one(j: int, s: int = s) -> str:

@@ -336,3 +336,56 @@ async def test_submit_scope_honours_reraise_on_exit() -> None:
     clean = _SubmitScope("run")
     await asyncio.gather(clean.submit(fails, "x", __reraise_on_exit__=False), return_exceptions=True)
     clean.reraise()  # nothing to re-raise
+
+
+async def _sleep(name: str = "sleep") -> None:
+    """What ``ctx.sleep`` / ``restate_context().sleep`` do inside a run (the routed
+    context's ``sleep``): request a durable timer from the ordering core and await it."""
+    from langgraph_deterministic.runner._context import SleepSpec, request
+
+    fut = request(SleepSpec(0.0), name)
+    assert fut is not None
+    await fut
+
+
+async def test_a_fired_timer_is_witnessed_once_and_the_run_goes_on() -> None:
+    """Parallel branches with a durable timer between two ops (the e2e 'sleepy' shape).
+
+    Once a decision listing a fired timer (``~<key>``) has been created, the timer must
+    not count as "fired, not yet in a decision" again while that decision is in flight.
+    It used to: the same driver pass put it back in that list, the decision's value then
+    let the timer be taken, and the next decision looked up the taken timer and raised
+    KeyError, which ended the attempt (on Restate: a retryable error, the invocation
+    retried, and any side effect still running in the failed attempt ran again)."""
+
+    def branch(i: int) -> Any:
+        async def node(state: S) -> S:
+            a = await durable("before", lambda: f"z{i}.before")
+            await _sleep()
+            b = await durable("after", lambda: f"z{i}.after")
+            return {"results": [a, b]}
+
+        return node
+
+    graph = parallel({f"z{i}": branch(i) for i in range(3)}).compile()
+    want = sorted(f"z{i}.{x}" for i in range(3) for x in ("before", "after"))
+    store = Store()
+    out = await asyncio.wait_for(runner_on(store).ainvoke(graph, {}), 5)
+    assert sorted(out["results"]) == want
+    ops = {k: n for k, n in store.executions.items() if k != "lgd:order"}
+    assert sorted(ops) == sorted(f"run/z{i}@1/z{i}@1:{x}#0" for i in range(3) for x in ("before", "after"))
+    assert all(n == 1 for n in ops.values()), ops
+    # every timer was witnessed by exactly one decision
+    witnessed = [
+        k
+        for idx, (kind, _) in enumerate(store.commands)
+        if kind == "decision"
+        for k in store.results[idx][1]
+        if k.startswith("~")
+    ]
+    assert sorted(witnessed) == [f"~run/z{i}@1/z{i}@1:sleep#0" for i in range(3)], witnessed
+    # a replay of the complete journal returns the same, creates nothing and runs nothing
+    commands, executions = list(store.commands), dict(store.executions)
+    again = await asyncio.wait_for(runner_on(store).ainvoke(graph, {}), 5)
+    assert sorted(again["results"]) == want
+    assert store.commands == commands and store.executions == executions

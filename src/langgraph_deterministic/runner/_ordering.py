@@ -132,6 +132,10 @@ class OpScheduler(Generic[H]):
         is_timer = getattr(backend, "is_timer", None)
         self._is_timer: Any = is_timer if callable(is_timer) else (lambda _h: False)
         self._fired: list[H] = []  # timers that fired, not yet in a decision
+        # Fired timers the in-flight decision lists: not "fired, not yet in a decision"
+        # any more (else the next pass would list them again and, once the decision is
+        # read and they are taken, look up handles no longer in flight), nor taken yet.
+        self._listed: list[H] = []
         self._witnessed: set[str] = set()  # timers a decision listed: may be taken
         #: what makes op keys unique beyond one run (e.g. Restate's invocation id), for
         #: idempotency_key()
@@ -231,7 +235,7 @@ class OpScheduler(Generic[H]):
         if self._pending or self._fired or waiting_timer:
             keys = list(self._pending)  # arrival order
             keys += [WITNESS + self._inflight[h].key for h in self._fired]
-            self._fired.clear()
+            self._listed, self._fired = self._fired, []
             self._decision = b.start_decision(keys)
             log.debug("decision created %s replaying=%s", keys, b.is_replaying())
             self.stats.decisions_created += 1
@@ -252,6 +256,10 @@ class OpScheduler(Generic[H]):
                 )
             # (empty: created on replay to read a witness the attempt did not record)
             self._witnessed.update(k[len(WITNESS):] for k in value if k.startswith(WITNESS))
+            # A listed timer the value does not witness (not one this attempt wrote) waits
+            # for the next decision.
+            self._fired += [h for h in self._listed if self._inflight[h].key not in self._witnessed]
+            self._listed = []
             self._plan.extend(k for k in value if not k.startswith(WITNESS))
             log.debug("decision read %s", value)
             self.stats.decisions_replayed += 1
@@ -259,7 +267,12 @@ class OpScheduler(Generic[H]):
         for h in list(self._inflight):
             if self._is_timer(h):
                 if self._inflight[h].key not in self._witnessed:
-                    if h not in self._fired and not b.is_replaying() and b.is_ready(h):
+                    if (
+                        h not in self._fired
+                        and h not in self._listed
+                        and not b.is_replaying()
+                        and b.is_ready(h)
+                    ):
                         self._fired.append(h)  # the next decision witnesses it
                         progressed = True
                     continue
@@ -308,7 +321,10 @@ class OpScheduler(Generic[H]):
                 continue
             if self._closing:
                 return
-            handles: list[H] = [h for h in self._inflight if h not in self._fired]
+            # (fired timers are ready: waiting on them would return at once)
+            handles: list[H] = [
+                h for h in self._inflight if h not in self._fired and h not in self._listed
+            ]
             if self._decision is not None:
                 handles.append(self._decision)
             if not handles or b.is_replaying():
