@@ -88,7 +88,8 @@ class RunRecord:
     ``status`` is ``running`` (its latest write; it may be finished, interrupted in a
     node, or crashed -- ``graph.get_state`` tells which), ``interrupted`` (stopped at an
     interrupt), ``done`` (a later run started after it had finished) or ``superseded`` (a
-    later run moved the thread on before it finished). ``last_checkpoint`` is the
+    later run moved the thread on before it finished; an interrupted run answered by a
+    ``Command(resume=...)`` run reads so too). ``last_checkpoint`` is the
     checkpoint it wrote last: its final state once finished (for a ``running`` run, its
     newest root checkpoint at the time of the read). ``attempts`` counts the graph calls
     that wrote for it (retries included). ``rolled_back``: a later run started with
