@@ -99,3 +99,21 @@ def test_pip_install_into_an_empty_venv_then_demo(tmp_path: Path) -> None:
     assert demo.returncode == 0, demo.stdout + demo.stderr
     assert demo.stdout.startswith("Scenario: ")
     assert "one user message, one refund, thread finished" in demo.stdout
+
+
+def test_the_runner_imports_without_langchain_and_names_the_extra() -> None:
+    """langchain is the ``agents`` extra (DurableMiddleware): without it the runner's
+    star import still works, and asking for the middleware says what to install."""
+    code = (
+        "import sys; sys.modules['langchain'] = None\n"  # as if not installed
+        "from langgraph_deterministic.runner import *\n"
+        "assert 'DurableMiddleware' not in dir()\n"
+        "from langgraph_deterministic import ConfigurationError\n"
+        "try:\n"
+        "    from langgraph_deterministic.runner import DurableMiddleware\n"
+        "except ConfigurationError as exc:\n"
+        "    print(exc)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=120, check=True)  # fmt: skip
+    assert "langgraph-deterministic[agents]" in out.stdout, out
