@@ -122,3 +122,12 @@ def test_exit_code_1_when_a_lock_cannot_be_had(
     with psycopg.connect(fresh) as conn:
         count = conn.execute(f"SELECT count(*) FROM {VERSION_TABLE}").fetchone()
     assert count == (len(ALL),)
+
+
+def test_python_dash_m_runs_the_command() -> None:
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-m", "langgraph_deterministic", "--help"],
+                         capture_output=True, text=True, timeout=120, check=True)  # fmt: skip
+    assert "migrate" in out.stdout and "audit" in out.stdout

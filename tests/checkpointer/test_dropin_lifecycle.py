@@ -103,8 +103,15 @@ def test_from_conn_string_with_options(db: str) -> None:
         pool_max_size=3,
         prepare_threshold=None,
         connect_kwargs={"application_name": app, "row_factory": dict_row},
+        multitask_strategy="enqueue",  # and the constructor's own options
+        lease_ttl=12.0,
+        enqueue_timeout=7.0,
+        buffer_writes=0,
     ) as saver:
         assert saver.serde is serde
+        assert (saver.multitask_strategy, saver.lease_ttl, saver.enqueue_timeout) == (
+            "enqueue", 12.0, 7.0)  # fmt: skip
+        assert saver._writes is None  # buffer_writes=0: every put_writes commits at once
         run_sync(saver, "fcs-options")
         assert 1 <= _backends(db, app) <= 3  # the pool's connections carry the keyword
     assert _all_closed(db, app)

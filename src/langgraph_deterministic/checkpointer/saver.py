@@ -350,11 +350,16 @@ class DeterministicSaver(BaseCheckpointSaver[str]):
         pool_max_size: int | None = None,
         prepare_threshold: int | _Unset | None = _UNSET,
         connect_kwargs: Mapping[str, Any] | None = None,
+        multitask_strategy: MultitaskStrategy = "reject",
+        lease_ttl: float = 30.0,
+        enqueue_timeout: float = 300.0,
+        buffer_writes: float = 0.05,
     ) -> DeterministicSaver:
         """The peer's constructor: ``with DeterministicSaver.from_conn_string(dsn) as saver``
         (or ``async with``; one saver serves both APIs). It owns its pools and closes them
         when the block ends. ``pipeline`` is accepted for compatibility: this saver always
-        sends a call's statements in one pipeline."""
+        sends a call's statements in one pipeline. The other options are the
+        constructor's."""
         del pipeline
         return cls(
             conn_string,
@@ -365,6 +370,10 @@ class DeterministicSaver(BaseCheckpointSaver[str]):
             pool_max_size=pool_max_size,
             prepare_threshold=prepare_threshold,
             connect_kwargs=connect_kwargs,
+            multitask_strategy=multitask_strategy,
+            lease_ttl=lease_ttl,
+            enqueue_timeout=enqueue_timeout,
+            buffer_writes=buffer_writes,
         )
 
     # -- connections ---------------------------------------------------------------

@@ -19,7 +19,8 @@ from langgraph_deterministic.ops import DEFAULT_IDLE, STATEMENT_TIMEOUT_MS
 
 
 def _time(text: str) -> datetime:
-    """An ISO date/time (UTC unless it names a zone), or a duration back from now: 30m, 6h, 2d."""
+    """An ISO date/time (this machine's local time unless it names a zone: 2026-11-30T08:00Z,
+    ...+01:00), or a duration back from now: 30m, 6h, 2d."""
     units = {"s": 1, "m": 60, "h": 3600, "d": 86400}
     if text and text[-1] in units and text[:-1].isdigit():
         return datetime.now().astimezone() - timedelta(seconds=int(text[:-1]) * units[text[-1]])
@@ -76,7 +77,8 @@ def add_parsers(sub: Any) -> None:
     a.add_argument(
         "--pause", type=_pause, default=None, metavar="SECONDS",
         help="sleep between ranges (0: full speed); default: automatic, full speed on a quiet "
-        "database, and beside live workers (WAL growing) a wait as long as each range took",
+        "database, and beside live workers (WAL growing) a wait that keeps the scan to "
+        "--duty of the time (0.25: three times as long as each range took)",
     )  # fmt: skip
     a.add_argument(
         "--duty", type=_duty, default=None, metavar="SHARE",
