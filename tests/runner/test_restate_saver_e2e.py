@@ -25,6 +25,7 @@ from .restate_server import RestateEnv
 from .test_restate_e2e import (
     INVOCATION_TIMEOUT,
     _wait_for,
+    attempts_of,
     effect_counts,
     invocation_row,
     runs_without_result,
@@ -118,7 +119,11 @@ def test_saver_thread_across_invocations(
         assert row["status"] == "completed" and row.get("completion_result") == "success", row
         assert row.get("last_failure_error_code") != 570, row
         if not slow:
-            assert row.get("last_failure") is None, row  # no retry of any kind
+            assert row.get("last_failure") is None, row  # no 570 (cleared once completed)
+            if not env.forced_replay:  # nothing ends an attempt early: no retry of any kind
+                mine = set(_turn_effects(turn))
+                tags = {tag for label, tag in attempts_of(effects) if label in mine}
+                assert len(tags) == 1, (tags, env.service.log_text()[-3000:])
         else:
             assert effect_counts(effects, "start")[slow[0]] == 2  # ran again: not journaled
         done = effect_counts(effects)
