@@ -199,8 +199,9 @@ def durable_sync(name: str, fn: Callable[..., T], *args: Any, **kwargs: Any) -> 
     """:func:`durable` for sync nodes (``runner.invoke`` / ``runner.stream``).
 
     Under a keyed journal (``PostgresJournal``) the op is journaled like ``durable``'s;
-    outside a runner ``fn`` is simply called (as :func:`durable`'s). The ordered (Restate) journal runs async
-    handlers only: there, use ``await durable(...)`` in async nodes.
+    outside a runner ``fn`` is simply called (with a key of its own, as ``durable``'s).
+    The ordered (Restate) journal runs async handlers only: there, use
+    ``await durable(...)`` in async nodes.
     """
     session = _KEYED.get()
     if session is not None:
