@@ -4,4 +4,5 @@ import sys
 
 from langgraph_deterministic.cli import main
 
-sys.exit(main())
+if __name__ == "__main__":  # (importing it, as a walk of the package does, runs nothing)
+    sys.exit(main())
