@@ -19,7 +19,6 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import inspect
-import uuid
 from collections.abc import Awaitable, Callable
 from contextvars import ContextVar
 from dataclasses import dataclass, field
@@ -168,8 +167,7 @@ async def durable(name: str, fn: Callable[..., T] | Callable[..., Awaitable[T]],
     Inside ``DeterministicRunner.ainvoke``/``astream`` the call is journaled once, in an
     order that replays identically; on replay the journaled result (or failure) is
     returned without calling ``fn``. Outside a runner, ``fn`` is simply called (and
-    awaited if it returns an awaitable), with an :func:`idempotency_key` of its own, so
-    nodes stay testable without a journal.
+    awaited if it returns an awaitable), so nodes stay testable without a journal.
 
     ``name`` must be stable across executions; concurrent ops in one task need distinct
     names (``durable(f"fetch:{url}", fetch, url)``).
@@ -182,12 +180,11 @@ async def durable(name: str, fn: Callable[..., T] | Callable[..., Awaitable[T]],
         fn = _with_idempotency_key(fn, name)
     fut = request(RunSpec(name, fn, args, kwargs, None, contextvars.copy_context()), name)
     if fut is None:
-        result = _unjournaled(fn, name)(*args, **kwargs)
+        result = fn(*args, **kwargs)
         if inspect.isawaitable(result):
             awaited: T = await result
             return awaited
-        plain: T = result
-        return plain
+        return result
     value: T = await fut
     return value
 
@@ -199,9 +196,8 @@ def durable_sync(name: str, fn: Callable[..., T], *args: Any, **kwargs: Any) -> 
     """:func:`durable` for sync nodes (``runner.invoke`` / ``runner.stream``).
 
     Under a keyed journal (``PostgresJournal``) the op is journaled like ``durable``'s;
-    outside a runner ``fn`` is simply called (with a key of its own, as ``durable``'s).
-    The ordered (Restate) journal runs async handlers only: there, use
-    ``await durable(...)`` in async nodes.
+    outside a runner ``fn`` is simply called. The ordered (Restate) journal runs async
+    handlers only: there, use ``await durable(...)`` in async nodes.
     """
     session = _KEYED.get()
     if session is not None:
@@ -215,8 +211,7 @@ def durable_sync(name: str, fn: Callable[..., T], *args: Any, **kwargs: Any) -> 
             "which journals ops from async code only. Fix: make the node async and use "
             f"await durable({name!r}, ...)."
         )
-    result: T = _unjournaled(fn, name)(*args, **kwargs)
-    return result
+    return fn(*args, **kwargs)
 
 
 def idempotency_key() -> str:
@@ -231,8 +226,11 @@ def idempotency_key() -> str:
         from langgraph_deterministic.errors import ConfigurationError
 
         raise ConfigurationError(
-            "idempotency_key() was called outside a durable op's function. Fix: call it "
-            "inside the function you pass to durable(name, fn, ...) / durable_sync(...)."
+            "idempotency_key() has no op here: it was called outside a durable op's "
+            "function, or in one that no DeterministicRunner journals (graph.invoke where "
+            "runner.invoke was meant, or a unit test), where a key would change on every "
+            "retry. Fix: call it inside the function you pass to durable(name, fn, ...) / "
+            "durable_sync(...), in a graph run by DeterministicRunner."
         )
     return key
 
@@ -253,18 +251,8 @@ def _with_idempotency_key(fn: Callable[..., Any], name: str) -> Callable[..., An
     local = f"{inner}:{name}" if inner else name
     key = f"{scope.key if scope else 'run'}/{local}#{counters.get(local, 0)}"
     sched = _SCHEDULER.get()
-    scope_id = getattr(sched, "idempotency_scope", "") or ""
-    return _run_with_key(fn, make_idempotency_key(scope_id, key))
+    idem = make_idempotency_key(getattr(sched, "idempotency_scope", "") or "", key)
 
-
-def _unjournaled(fn: Callable[..., Any], name: str) -> Callable[..., Any]:
-    """Outside a runner: ``fn`` with a key of its own for this call (nothing is journaled,
-    so nothing is deduplicated either), so a node that passes idempotency_key() to an API
-    runs in a unit test as it does under a runner."""
-    return _run_with_key(fn, make_idempotency_key("unjournaled", name, uuid.uuid4().hex))
-
-
-def _run_with_key(fn: Callable[..., Any], idem: str) -> Callable[..., Any]:
     if inspect.iscoroutinefunction(fn):
 
         async def run_async(*a: Any, **kw: Any) -> Any:
