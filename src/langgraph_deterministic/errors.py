@@ -53,6 +53,10 @@ class IncompatibleRestateError(DeterministicError, ImportError):
     """The installed restate-sdk lacks what RestateJournal relies on."""
 
 
+class MissingExtraError(DeterministicError, ImportError):
+    """A feature needs an optional extra that is not installed (its message names it)."""
+
+
 class NondeterminismError(DeterministicError, RuntimeError):
     """User code asked for durable ops in a way that cannot be replayed from the journal."""
 
@@ -135,6 +139,7 @@ __all__ = [
     "JournaledOpError",
     "MigrationError",
     "MigrationLockTimeoutError",
+    "MissingExtraError",
     "NondeterminismError",
     "PruneArgumentError",
     "PruneRefusedError",

@@ -8,7 +8,6 @@ the checkpoints, with no external engine. ``restate-sdk`` is optional: it is imp
 when a ``RestateJournal`` is built; ``langchain`` only when ``DurableMiddleware`` is used.
 """
 
-import importlib.util
 from typing import TYPE_CHECKING, Any
 
 from ._context import durable, durable_sync, idempotency_key
@@ -20,30 +19,28 @@ from ._runner import SUPPORTED_LANGGRAPH, DeterministicRunner, Journal, KeyedJou
 if TYPE_CHECKING:
     from ._middleware import DurableMiddleware as DurableMiddleware
 
+# DurableMiddleware is imported on first use (it needs the [agents] extra), so it is not in
+# __all__: ``from langgraph_deterministic.runner import *`` works without langchain.
+
 
 def __getattr__(name: str) -> Any:
     if name == "DurableMiddleware":  # needs langchain (create_agent's package)
         try:
             from ._middleware import DurableMiddleware
-        except ModuleNotFoundError as exc:
-            from langgraph_deterministic.errors import ConfigurationError
+        except ImportError as exc:  # no langchain, or one older than 1.0
+            from langgraph_deterministic.errors import MissingExtraError
 
-            raise ConfigurationError(
-                f"DurableMiddleware needs langchain, create_agent's package ({exc}). Fix: "
-                "pip install 'langgraph-deterministic[agents]' (or langchain>=1.0)."
+            raise MissingExtraError(
+                f"DurableMiddleware needs langchain>=1.0, create_agent's package ({exc}). "
+                "Fix: pip install 'langgraph-deterministic[agents]'."
             ) from exc
         return DurableMiddleware
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-#: ``from langgraph_deterministic.runner import *`` works without langchain too
-_AGENTS = importlib.util.find_spec("langchain") is not None
-
-
 __all__ = [
     "SUPPORTED_LANGGRAPH",
     "DeterministicRunner",
-    *(["DurableMiddleware"] if _AGENTS else []),
     "IncompatibleRestateError",
     "Journal",
     "JournalBackend",
