@@ -22,6 +22,7 @@ import uuid
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "runner"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests.runner (--stress)
 
 from restate_server import RestateEnv, ensure_binary
 

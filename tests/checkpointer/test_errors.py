@@ -119,6 +119,46 @@ def test_a_graph_run_before_setup_says_run_setup_and_writes_nothing(
         drop_database(pg_server_dsn, database_name(db))
 
 
+def test_a_database_migrated_part_way_says_migrate_and_the_retry_continues(
+    pg_server_dsn: str,
+) -> None:
+    """A rolling deploy's new worker on a database without the latest pre-migration
+    (0023's lgd_fence_writes_v7 missing): the run's admission and first checkpoint commit,
+    then its first pending writes fail. The error names the migration; after it, the
+    retry with the same run id continues the run and applies its input once."""
+    from langchain_core.messages import HumanMessage
+    from langgraph.graph import END, MessagesState
+    from tests.conftest import make_database
+
+    from devtools.postgres import database_name, drop_database
+    from langgraph_deterministic import run_config
+    from langgraph_deterministic.checkpointer._migrate import VERSION_TABLE
+
+    db = make_database(pg_server_dsn, prefix="lgd_partway")
+    try:
+        with DeterministicSaver(db) as saver:
+            saver.setup()
+        with psycopg.connect(db, autocommit=True) as conn:
+            conn.execute("DROP FUNCTION lgd_fence_writes_v7")
+            conn.execute(f"DELETE FROM {VERSION_TABLE} WHERE version = 23")
+        graph = StateGraph(MessagesState)
+        graph.add_node("a", lambda s: {"messages": [("ai", "a")]})
+        graph.add_node("b", lambda s: {"messages": [("ai", "b")]})
+        graph.add_edge(START, "a")
+        graph.add_edge("a", "b")
+        graph.add_edge("b", END)
+        given = {"messages": [HumanMessage("hi")]}
+        with DeterministicSaver(db) as saver:
+            compiled = graph.compile(checkpointer=saver)
+            with pytest.raises(SchemaNotReadyError, match=r"migrate --phase pre.*same run id"):
+                compiled.invoke(given, run_config("t", "r1"))
+            saver.setup()  # the pre-migration, late
+            out = compiled.invoke(given, run_config("t", "r1"))
+        assert [m.content for m in out["messages"]] == ["hi", "a", "b"]
+    finally:
+        drop_database(pg_server_dsn, database_name(db))
+
+
 def test_connection_without_autocommit_is_refused(ready: str) -> None:
     with psycopg.connect(ready) as conn, pytest.raises(ConfigurationError, match="autocommit=True"):
         DeterministicSaver(conn)

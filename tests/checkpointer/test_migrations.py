@@ -143,7 +143,7 @@ def test_a_role_that_does_not_own_the_peers_tables_gets_a_migration_error(
     CLI prints one line, no traceback), and the steps before it stay applied."""
     import uuid
 
-    from langgraph_deterministic import MigrationError
+    from langgraph_deterministic import MigrationError, run_config
     from langgraph_deterministic.cli import main
 
     with PostgresSaver.from_conn_string(fresh) as peer:
@@ -166,7 +166,59 @@ def test_a_role_that_does_not_own_the_peers_tables_gets_a_migration_error(
         with DeterministicSaver(fresh) as saver:
             saver.setup()
             assert saver.applied_migrations() == {m.version for m in discover()}
+        # Without grants on our tables, a worker's call names the grants it needs.
+        with DeterministicSaver(as_app) as saver, pytest.raises(
+            ConfigurationError, match="GRANT USAGE, SELECT ON ALL SEQUENCES"
+        ):
+            _one_node().compile(checkpointer=saver).invoke({"messages": []}, run_config("g0", "r"))
+        # docs/adopting.md's grants: then workers run as the application's role, the
+        # multitask queue (a sequence) included.
+        with psycopg.connect(fresh, autocommit=True) as conn:
+            conn.execute(f"GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA public TO {role}")
+            conn.execute(f"GRANT USAGE, SELECT ON ALL SEQUENCES IN SCHEMA public TO {role}")
+        _graph_calls_as(as_app)
     finally:
         with psycopg.connect(fresh, autocommit=True) as conn:
             conn.execute(f"DROP OWNED BY {role}")
             conn.execute(f"DROP ROLE {role}")
+
+
+def _one_node() -> Any:
+    from langgraph.graph import START, MessagesState, StateGraph
+
+    builder = StateGraph(MessagesState)
+    builder.add_node("n", lambda s: {"messages": [("ai", "ok")]})
+    builder.add_edge(START, "n")
+    return builder
+
+
+def _graph_calls_as(dsn: str) -> None:
+    """Two turns of a graph on one thread, the second enqueued behind a held lease."""
+    import threading
+
+    from langgraph.graph import START, MessagesState, StateGraph
+
+    from langgraph_deterministic import run_config
+
+    entered, release = threading.Event(), threading.Event()
+
+    def slow(state: MessagesState) -> dict[str, Any]:
+        entered.set()
+        release.wait(10)
+        return {"messages": [("ai", "ok")]}
+
+    builder = StateGraph(MessagesState)
+    builder.add_node("n", slow)
+    builder.add_edge(START, "n")
+    with DeterministicSaver(dsn) as saver:
+        graph = builder.compile(checkpointer=saver)
+        first = threading.Thread(
+            target=graph.invoke, args=({"messages": [("user", "1")]}, run_config("g", "r1"))
+        )
+        first.start()
+        assert entered.wait(10)  # r1 holds the thread's lease: r2 queues behind it
+        threading.Timer(0.5, release.set).start()
+        out = graph.invoke({"messages": [("user", "2")]},
+                           run_config("g", "r2", multitask_strategy="enqueue"))  # fmt: skip
+        first.join()
+    assert [m.content for m in out["messages"]] == ["1", "ok", "2", "ok"]

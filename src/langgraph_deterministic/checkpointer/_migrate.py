@@ -401,7 +401,7 @@ def _not_permitted(migration: Migration, sql: str, exc: BaseException) -> Migrat
         f"Migration {label(migration)} is not permitted to `{first_line}` "
         f"({str(exc).strip()}). Altering or indexing the checkpoint tables takes their "
         "owner (Postgres has no grant for it), and creating ours takes CREATE on the "
-        "schema. This step was rolled back; the migrations before it stay applied. Fix: "
+        "schema. This statement was rolled back; what ran before it stays applied. Fix: "
         "run `langgraph-deterministic migrate` (or setup()) as the role that owns the "
         "tables (the one that ran PostgresSaver.setup(), when adopting), then let workers "
         "connect as their usual role."

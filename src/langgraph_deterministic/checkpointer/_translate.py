@@ -43,8 +43,19 @@ def translate_error(exc: BaseException) -> BaseException:
             f"This database lacks a function this version of langgraph-deterministic calls "
             f"({exc.diag.message_primary}): its migrations have not run here yet. Run "
             "`saver.setup()` (or `await saver.asetup()`), or, beside live workers of an "
-            "older version, `langgraph-deterministic migrate --phase pre`, then retry. "
-            "Nothing was written."
+            "older version, `langgraph-deterministic migrate --phase pre`, then retry with "
+            "the same run id: the statement that called it was rolled back, and what the "
+            "run committed before it (on a database migrated part-way) is continued, not "
+            "applied twice."
+        )
+    if isinstance(exc, psycopg.errors.InsufficientPrivilege):
+        return ConfigurationError(
+            f"The database role this saver connects as may not do this "
+            f"({exc.diag.message_primary}). Workers need DML on every table (the checkpoint "
+            "tables and the lgd_* ones) and USAGE on the sequences; as the tables' owner: "
+            "GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA public TO <role>; "
+            "GRANT USAGE, SELECT ON ALL SEQUENCES IN SCHEMA public TO <role> (see "
+            "docs/adopting.md, Requirements). The statement was rolled back."
         )
     if isinstance(exc, psycopg.OperationalError) and _is_connection_failure(exc):
         # The server's (or the pooler's) own reason is in the message: keep it whole.
