@@ -125,16 +125,22 @@ class FakeAttempt:
     async def _fire(self, idx: int) -> None:
         for _ in range(self.io_ticks("timer")):
             await asyncio.sleep(0)
+        if self._persisted():
+            self.store.results[idx] = (True, None)
+            self.done[idx] = (True, None)
+            self.changed.set()
+
+    def _persisted(self) -> bool:
+        """Whether a completion may be recorded now: not after a crash, nor when this
+        durable event is the one that crashes."""
         if self.crashed:
-            return
+            return False
         try:
             self._persist()
         except Crash:
             self.changed.set()
-            return
-        self.store.results[idx] = (True, None)
-        self.done[idx] = (True, None)
-        self.changed.set()
+            return False
+        return True
 
     def start_decision(self, keys: list[str]) -> int:
         idx = self._command("decision", "lgd:order")
@@ -169,12 +175,7 @@ class FakeAttempt:
             outcome: tuple[bool, Any] = (True, value)
         except Exception as exc:
             outcome = (False, exc)
-        if self.crashed:
-            return
-        try:
-            self._persist()
-        except Crash:
-            self.changed.set()
+        if not self._persisted():
             return
         self.store.results[idx] = outcome
         self.store.recorded[name] = self.store.recorded.get(name, 0) + 1

@@ -340,10 +340,8 @@ def _retrying(
             if pause is None:
                 yield from _give_up(migration, what, policy, attempts, exc, index)
             yield _single(f"SELECT pg_sleep({pause})")
-        except psycopg.errors.QueryCanceled as exc:
-            raise _cancelled(migration, what, exc) from exc
-        except psycopg.errors.InsufficientPrivilege as exc:
-            raise _not_permitted(migration, what, exc) from exc
+        except (psycopg.errors.QueryCanceled, psycopg.errors.InsufficientPrivilege) as exc:
+            raise _step_failed(migration, what, exc) from exc
     raise AssertionError("unreachable")  # pragma: no cover
 
 
@@ -384,27 +382,32 @@ def _give_up(
     ) from exc
 
 
-def _cancelled(migration: Migration, sql: str, exc: BaseException) -> MigrationError:
-    first_line = " ".join(sql.split())[:100]
-    return MigrationError(
-        f"Migration {label(migration)} was cancelled during `{first_line}` "
-        f"({str(exc).strip()}). The step was rolled back (an index being built "
-        "CONCURRENTLY is dropped and rebuilt by the next run) and the advisory lock "
-        "released. Fix: run `langgraph-deterministic migrate` (or setup()) again; if a "
-        "statement_timeout cancelled it, run it on a connection without one."
-    )
+#: How a step can fail besides its lock timeout: (what happened, what it means and the fix)
+_STEP_FAILURES: dict[type[psycopg.Error], tuple[str, str]] = {
+    psycopg.errors.QueryCanceled: (
+        "was cancelled during",
+        "The step was rolled back (an index being built CONCURRENTLY is dropped and rebuilt "
+        "by the next run) and the advisory lock released. Fix: run `langgraph-deterministic "
+        "migrate` (or setup()) again; if a statement_timeout cancelled it, run it on a "
+        "connection without one.",
+    ),
+    psycopg.errors.InsufficientPrivilege: (
+        "is not permitted to",
+        "Altering or indexing the checkpoint tables takes their owner (Postgres has no "
+        "grant for it), and creating ours takes CREATE on the schema. This statement was "
+        "rolled back; what ran before it stays applied. Fix: run `langgraph-deterministic "
+        "migrate` (or setup()) as the role that owns the tables (the one that ran "
+        "PostgresSaver.setup(), when adopting), then let workers connect as their usual "
+        "role.",
+    ),
+}
 
 
-def _not_permitted(migration: Migration, sql: str, exc: BaseException) -> MigrationError:
+def _step_failed(migration: Migration, sql: str, exc: psycopg.Error) -> MigrationError:
+    failed, then = next(v for kind, v in _STEP_FAILURES.items() if isinstance(exc, kind))
     first_line = " ".join(sql.split())[:100]
     return MigrationError(
-        f"Migration {label(migration)} is not permitted to `{first_line}` "
-        f"({str(exc).strip()}). Altering or indexing the checkpoint tables takes their "
-        "owner (Postgres has no grant for it), and creating ours takes CREATE on the "
-        "schema. This statement was rolled back; what ran before it stays applied. Fix: "
-        "run `langgraph-deterministic migrate` (or setup()) as the role that owns the "
-        "tables (the one that ran PostgresSaver.setup(), when adopting), then let workers "
-        "connect as their usual role."
+        f"Migration {label(migration)} {failed} `{first_line}` ({str(exc).strip()}). {then}"
     )
 
 
