@@ -222,3 +222,51 @@ def _graph_calls_as(dsn: str) -> None:
                            run_config("g", "r2", multitask_strategy="enqueue"))  # fmt: skip
         first.join()
     assert [m.content for m in out["messages"]] == ["1", "ok", "2", "ok"]
+
+
+@pytest.mark.parametrize("when", ["waiting for its lock", "pausing between attempts"])
+def test_a_cancelled_step_is_a_migration_error_and_the_next_run_completes(
+    fresh: str, when: str
+) -> None:
+    """An operator cancels a migration stuck behind a long transaction (pg_cancel_backend):
+    whether the step was waiting for its lock or pausing before its next attempt, setup()
+    raises a MigrationError naming the step, and the next run completes it."""
+    import threading
+    import time
+
+    from langgraph_deterministic import MigrationError
+
+    with PostgresSaver.from_conn_string(fresh) as peer:
+        peer.setup()
+    app = "lgd-mig-cancel"
+    migrating = psycopg.conninfo.make_conninfo(fresh, application_name=app)
+    wait = ("wait_event_type = 'Lock'" if when == "waiting for its lock"
+            else "wait_event = 'PgSleep'")  # fmt: skip
+    with psycopg.connect(fresh) as blocker:
+        blocker.execute("LOCK TABLE checkpoints IN ACCESS EXCLUSIVE MODE")  # stays open
+        cancelled: list[int] = []
+
+        def cancel() -> None:
+            with psycopg.connect(fresh, autocommit=True) as conn:
+                for _ in range(300):
+                    rows = conn.execute(
+                        "SELECT pg_cancel_backend(pid) FROM pg_stat_activity "
+                        f"WHERE application_name = %s AND {wait}", (app,)
+                    ).fetchall()
+                    if rows:
+                        cancelled.append(len(rows))
+                        return
+                    time.sleep(0.01)
+
+        canceller = threading.Thread(target=cancel)
+        canceller.start()
+        with DeterministicSaver(migrating) as saver, pytest.raises(
+            MigrationError, match="was cancelled during"
+        ):
+            saver.setup(lock_retries=50)
+        canceller.join()
+        assert cancelled
+        blocker.rollback()
+    with DeterministicSaver(fresh) as saver:
+        saver.setup()
+        assert saver.applied_migrations() == {m.version for m in discover()}

@@ -339,8 +339,11 @@ def _retrying(
         except psycopg.errors.LockNotAvailable as exc:
             if pause is None:
                 yield from _give_up(migration, what, policy, attempts, exc, index)
-            yield _single(f"SELECT pg_sleep({pause})")
         except (psycopg.errors.QueryCanceled, psycopg.errors.InsufficientPrivilege) as exc:
+            raise _step_failed(migration, what, exc) from exc
+        try:  # (a cancel during the pause is the step's too)
+            yield _single(f"SELECT pg_sleep({pause})")
+        except psycopg.errors.QueryCanceled as exc:
             raise _step_failed(migration, what, exc) from exc
     raise AssertionError("unreachable")  # pragma: no cover
 
