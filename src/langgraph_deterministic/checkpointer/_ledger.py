@@ -98,7 +98,7 @@ class RunRecord:
 
     thread_id: str
     run_id: str
-    status: str
+    status: RunStatus
     attempts: int
     first_checkpoint_id: str
     last_checkpoint_id: str
