@@ -183,11 +183,11 @@ def test_a_role_that_does_not_own_the_peers_tables_gets_a_migration_error(
             conn.execute(f"DROP ROLE {role}")
 
 
-def _one_node() -> Any:
+def _one_node(node: Any = lambda s: {"messages": [("ai", "ok")]}) -> Any:
     from langgraph.graph import START, MessagesState, StateGraph
 
     builder = StateGraph(MessagesState)
-    builder.add_node("n", lambda s: {"messages": [("ai", "ok")]})
+    builder.add_node("n", node)
     builder.add_edge(START, "n")
     return builder
 
@@ -196,7 +196,7 @@ def _graph_calls_as(dsn: str) -> None:
     """Two turns of a graph on one thread, the second enqueued behind a held lease."""
     import threading
 
-    from langgraph.graph import START, MessagesState, StateGraph
+    from langgraph.graph import MessagesState
 
     from langgraph_deterministic import run_config
 
@@ -207,11 +207,8 @@ def _graph_calls_as(dsn: str) -> None:
         release.wait(10)
         return {"messages": [("ai", "ok")]}
 
-    builder = StateGraph(MessagesState)
-    builder.add_node("n", slow)
-    builder.add_edge(START, "n")
     with DeterministicSaver(dsn) as saver:
-        graph = builder.compile(checkpointer=saver)
+        graph = _one_node(slow).compile(checkpointer=saver)
         first = threading.Thread(
             target=graph.invoke, args=({"messages": [("user", "1")]}, run_config("g", "r1"))
         )
