@@ -1,6 +1,6 @@
 """A Restate service whose LangGraph graph fans out to parallel nodes making durable calls.
 
-Run it (restate-server running locally, see docs/deterministic-replay-on-restate.md):
+Run it (restate-server running locally, see docs/explanation/deterministic-replay-on-restate.md):
 
     pip install 'langgraph-deterministic[restate]' hypercorn
     python examples/restate_parallel_research.py     # serves on 127.0.0.1:9080

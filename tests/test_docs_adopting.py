@@ -1,4 +1,4 @@
-"""Every Python snippet of docs/adopting.md runs as written, against a real Postgres and a
+"""Every Python snippet of docs/how-to/adopting.md runs as written, against a real Postgres and a
 real PgBouncer in transaction mode (``DSN``, ``POOLER_DSN`` and ``builder`` are given)."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from tests.pgbouncer import PgBouncer
 
 from langgraph_deterministic import DeterministicSaver
 
-DOC = Path(__file__).resolve().parents[1] / "docs" / "adopting.md"
+DOC = Path(__file__).resolve().parents[1] / "docs" / "how-to" / "adopting.md"
 SNIPPETS = re.findall(r"```python\n(.*?)```", DOC.read_text(), flags=re.DOTALL)
 
 

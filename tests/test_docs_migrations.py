@@ -1,4 +1,4 @@
-"""Every snippet of docs/migrations.md runs as written, against a fresh database."""
+"""Every snippet of docs/how-to/migrations.md runs as written, against a fresh database."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import pytest
 from devtools.postgres import create_database, database_name, drop_database
 from langgraph_deterministic.cli import main
 
-DOC = Path(__file__).resolve().parents[1] / "docs" / "migrations.md"
+DOC = Path(__file__).resolve().parents[1] / "docs" / "how-to" / "migrations.md"
 
 
 def _blocks(lang: str) -> list[str]:

@@ -1,4 +1,4 @@
-"""docs/operations.md as written: every synopsis runs (each placeholder filled in, each
+"""docs/how-to/operations.md as written: every synopsis runs (each placeholder filled in, each
 choice tried) on a database with planted faults and gives the exit code the page says; the
 ``--json`` example has the keys of a real report; the fault-class tables name exactly the
 classes audit knows; the defaults the page quotes are the CLI's."""
@@ -28,7 +28,7 @@ from langgraph_deterministic.ops.audit import (
     RANGE_TARGET_S,
 )
 
-DOC = Path(__file__).resolve().parents[1] / "docs" / "operations.md"
+DOC = Path(__file__).resolve().parents[1] / "docs" / "how-to" / "operations.md"
 TEXT = DOC.read_text("utf-8")
 
 

@@ -30,3 +30,22 @@ def test_every_public_error_is_exported_at_the_top_level() -> None:
 
     for name in errors.__all__:
         assert getattr(langgraph_deterministic, name) is getattr(errors, name)
+
+
+def test_retryable_classification() -> None:
+    """Transient errors are retryable, permanent ones are not; other exceptions are not ours."""
+    import langgraph_deterministic as lgd
+
+    transient = {
+        lgd.DatabaseUnavailableError,
+        lgd.ConcurrentRunError,
+        lgd.ThreadBusyError,
+        lgd.MigrationError,
+        lgd.MigrationLockTimeoutError,
+    }
+    for name in lgd.__all__:
+        cls = getattr(lgd, name)
+        if isinstance(cls, type) and issubclass(cls, lgd.DeterministicError):
+            assert lgd.is_retryable(cls("x")) is (cls in transient), name
+    assert lgd.is_retryable(RuntimeError("boom")) is False
+    assert lgd.is_retryable(ConnectionError("not ours")) is False

@@ -27,6 +27,7 @@ from langgraph_deterministic.errors import (
     SchemaNotReadyError,
     SerializationError,
     ThreadBusyError,
+    is_retryable,
 )
 from langgraph_deterministic.runner import (
     DeterministicRunner,
@@ -67,5 +68,6 @@ __all__ = [
     "durable",
     "durable_sync",
     "idempotency_key",
+    "is_retryable",
     "run_config",
 ]

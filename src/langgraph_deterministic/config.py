@@ -34,7 +34,7 @@ def run_config(
     that answers an interrupt. With a :class:`DeterministicSaver` this makes a retry safe:
     the input is applied once, finished tasks do not run again, a retry with another input
     or a late retry after a later run is refused before anything runs, and two attempts
-    running at once cannot both write (see docs/retries-and-idempotency.md).
+    running at once cannot both write (see docs/explanation/retries-and-idempotency.md).
 
     The run id goes where LangGraph looks for it (``metadata.run_id``, compared with the
     latest checkpoint's) and in ``configurable.run_id``; a ``uuid.UUID`` becomes its string
@@ -45,7 +45,7 @@ def run_config(
     ``multitask_strategy`` overrides the saver's for this call: what to do when another
     run holds the thread, or the previous run stopped unfinished -- ``"reject"``,
     ``"enqueue"``, ``"interrupt"`` or ``"rollback"`` (see "Concurrent runs on one thread"
-    in docs/retries-and-idempotency.md).
+    in docs/explanation/retries-and-idempotency.md).
     """
     if thread_id is None or (isinstance(thread_id, str) and not thread_id.strip()):
         raise ConfigurationError("run_config needs a thread_id (a non-empty str or a UUID).")

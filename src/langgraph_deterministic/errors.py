@@ -3,13 +3,24 @@
 Each message names what went wrong and how to fix it. An operation that raises one of
 these has written nothing: checks happen before, or inside the same transaction as, the
 write they guard.
+
+Each class says whether retrying the same call can succeed (``retryable``): a transient
+error (the database was unreachable, another attempt held the thread or moved it first) is
+worth retrying with the same run id; a permanent one (a wrong run id or input, a missing
+migration, a bug in node code) fails the same way every time, so an orchestrator should
+stop retrying and surface it. :func:`is_retryable` reads it for any exception.
 """
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 
 class DeterministicError(Exception):
     """Base class of every error langgraph-deterministic raises on purpose."""
+
+    retryable: ClassVar[bool] = False
+    """Whether retrying the same call (same run id, same input) can succeed."""
 
 
 class ConfigurationError(DeterministicError, ValueError):
@@ -18,6 +29,8 @@ class ConfigurationError(DeterministicError, ValueError):
 
 class DatabaseUnavailableError(DeterministicError, ConnectionError):
     """Postgres could not be reached with the connection info given."""
+
+    retryable = True
 
 
 class SaverClosedError(DeterministicError, RuntimeError):
@@ -32,6 +45,8 @@ class MigrationError(DeterministicError):
     """A migration step failed or was cancelled. The step was rolled back (or, for an
     index built CONCURRENTLY, is redone by the next run), the steps before it stay
     applied, and the advisory lock is released: running the migration again completes it."""
+
+    retryable = True
 
 
 class MigrationLockTimeoutError(MigrationError):
@@ -89,11 +104,15 @@ class ConcurrentRunError(DeterministicError):
     continued the thread's checkpoint first. This attempt's write was not stored; stop the
     attempt. Postgres decides, so this holds across processes and machines."""
 
+    retryable = True
+
 
 class ThreadBusyError(DeterministicError):
     """Another run holds the thread (a live lease) and this run's multitask_strategy is
     ``reject`` (or ``enqueue`` and its wait timed out). Nothing was run or written. Fix:
     retry later, or choose another strategy (``enqueue``, ``interrupt``, ``rollback``)."""
+
+    retryable = True
 
 
 class RunUnfinishedError(DeterministicError):
@@ -127,6 +146,16 @@ class JournaledOpError(DeterministicError, RuntimeError):
     message is the original one, prefixed with the original type."""
 
 
+def is_retryable(exc: BaseException) -> bool:
+    """Whether retrying the call that raised ``exc`` (same run id, same input) can succeed.
+
+    True for this package's transient errors (:class:`DatabaseUnavailableError`,
+    :class:`ConcurrentRunError`, :class:`ThreadBusyError`, :class:`MigrationError`); False
+    for its permanent ones and for any other exception, which is the graph's own business.
+    """
+    return isinstance(exc, DeterministicError) and type(exc).retryable
+
+
 __all__ = [
     "ConcurrentRunError",
     "ConfigurationError",
@@ -151,4 +180,5 @@ __all__ = [
     "SchemaNotReadyError",
     "SerializationError",
     "ThreadBusyError",
+    "is_retryable",
 ]

@@ -171,7 +171,7 @@ def test_a_role_that_does_not_own_the_peers_tables_gets_a_migration_error(
             ConfigurationError, match="GRANT USAGE, SELECT ON ALL SEQUENCES"
         ):
             _one_node().compile(checkpointer=saver).invoke({"messages": []}, run_config("g0", "r"))
-        # docs/adopting.md's grants: then workers run as the application's role, the
+        # docs/how-to/adopting.md's grants: then workers run as the application's role, the
         # multitask queue (a sequence) included.
         with psycopg.connect(fresh, autocommit=True) as conn:
             conn.execute(f"GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA public TO {role}")

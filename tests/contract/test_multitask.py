@@ -209,7 +209,7 @@ def test_a_new_input_on_a_stuck_adopted_thread_is_warned_about_under_warn(
 def test_the_docs_snippet_runs(db: str) -> None:
     from pathlib import Path
 
-    doc = (Path(__file__).parents[2] / "docs" / "retries-and-idempotency.md").read_text()
+    doc = (Path(__file__).parents[2] / "docs" / "explanation" / "retries-and-idempotency.md").read_text()
     section = doc.split("## Concurrent runs on one thread", 1)[1]
     code = section.split("```python\n", 1)[1].split("```", 1)[0]
     scope: dict[str, Any] = {"dsn": db, "builder": build_chat(db), "inputs": ask("hi")}

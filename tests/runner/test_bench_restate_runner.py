@@ -19,7 +19,7 @@ RESTATE_BENCH = Path(__file__).resolve().parents[2] / "benchmarks" / "bench_rest
 def test_restate_runner_benchmark_and_its_stress_table(restate_binary: Path) -> None:
     """bench_restate_runner.py on a real restate-server: the timing table, and --stress 1:
     every shape ok with the runner, no effect done twice, one attempt each without forced
-    replay (the stress table's columns, as docs/deterministic-replay-on-restate.md quotes)."""
+    replay (the stress table's columns, as docs/explanation/deterministic-replay-on-restate.md quotes)."""
     env = {**os.environ}  # (the fixture fetched the binary the benchmark finds)
     out = subprocess.run([sys.executable, str(RESTATE_BENCH), "--runs", "1", "--seq-ops", "3"],
                          capture_output=True, text=True, timeout=300, env=env)  # fmt: skip

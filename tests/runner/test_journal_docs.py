@@ -1,4 +1,4 @@
-"""The complete example of docs/durable-ops-without-restate.md runs as written."""
+"""The complete example of docs/how-to/durable-ops-without-restate.md runs as written."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-DOC = Path(__file__).resolve().parents[2] / "docs" / "durable-ops-without-restate.md"
+DOC = Path(__file__).resolve().parents[2] / "docs" / "how-to" / "durable-ops-without-restate.md"
 
 
 def test_the_complete_example_charges_once(dsn: str, tmp_path: Path) -> None:

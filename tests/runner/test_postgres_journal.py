@@ -469,7 +469,7 @@ def test_misuse_is_refused_with_the_fix() -> None:
         PostgresJournal(object())  # type: ignore[arg-type]
     # outside a runner, durable_sync just calls, and a key is refused there: one that
     # changed on every retry would defeat it, and graph.invoke meant as runner.invoke
-    # must fail loudly (docs/durable-ops-without-restate.md)
+    # must fail loudly (docs/how-to/durable-ops-without-restate.md)
     assert durable_sync("x", lambda a: a + 1, 1) == 2
     with pytest.raises(ConfigurationError, match="inside the function you pass"):
         durable_sync("charge", idempotency_key)

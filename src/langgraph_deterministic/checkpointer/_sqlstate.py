@@ -1,5 +1,5 @@
 """The SQLSTATEs our SQL raises (defined once, here, for Python) and the errors they
-become. The plpgsql functions raise them with ``ERRCODE``; see docs/architecture.md."""
+become. The plpgsql functions raise them with ``ERRCODE``; see docs/explanation/architecture.md."""
 
 from __future__ import annotations
 

@@ -55,7 +55,7 @@ def translate_error(exc: BaseException) -> BaseException:
             "tables and the lgd_* ones) and USAGE on the sequences; as the tables' owner: "
             "GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA public TO <role>; "
             "GRANT USAGE, SELECT ON ALL SEQUENCES IN SCHEMA public TO <role> (see "
-            "docs/adopting.md, Requirements). The statement was rolled back."
+            "docs/how-to/adopting.md, Requirements). The statement was rolled back."
         )
     if isinstance(exc, psycopg.OperationalError) and _is_connection_failure(exc):
         # The server's (or the pooler's) own reason is in the message: keep it whole.

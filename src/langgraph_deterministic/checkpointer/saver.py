@@ -677,7 +677,7 @@ class DeterministicSaver(BaseCheckpointSaver[str]):
 
         Through a connection pooler (PgBouncer, RDS Proxy, Supavisor...) it only checks
         that the schema is up to date, and refuses to migrate: run the migrations over a
-        direct connection (see docs/adopting.md).
+        direct connection (see docs/how-to/adopting.md).
         """
         _refuse_from_coroutine("setup", "asetup")
         return self._run(

@@ -6,7 +6,7 @@
   default (``langgraph-deterministic repair``).
 
 Both read the tables of langgraph-checkpoint-postgres, with or without ours. See
-docs/operations.md.
+docs/how-to/operations.md.
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ each damaged thread, in one transaction:
    query): what the repair replaces can be restored or inspected;
 3. apply the fixes below, then record them in ``lgd_repairs`` (migration 0017).
 
-Fixes (docs/operations.md):
+Fixes (docs/how-to/operations.md):
 
 ``forked_history``
     The checkpoints of the branch that is not the head's (descendants of the losing

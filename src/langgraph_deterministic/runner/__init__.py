@@ -1,5 +1,5 @@
-"""Durable ops inside LangGraph nodes (see docs/deterministic-replay-on-restate.md and
-docs/durable-ops-without-restate.md).
+"""Durable ops inside LangGraph nodes (see docs/explanation/deterministic-replay-on-restate.md and
+docs/how-to/durable-ops-without-restate.md).
 
 ``DeterministicRunner(journal=RestateJournal(ctx))`` runs a LangGraph graph inside a
 Restate handler so that durable ops made by parallel nodes replay deterministically;

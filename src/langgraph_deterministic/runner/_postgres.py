@@ -13,7 +13,7 @@ execution of the node (a node retried by its RetryPolicy starts counting again, 
 finds the ops its first execution stored).
 
 Per new op, one statement (the rule, with its proof obligations, is in
-docs/durable-ops-without-restate.md, "Round trips and the fence"):
+docs/how-to/durable-ops-without-restate.md, "Round trips and the fence"):
 
 0. The run's admission (the saver's start of a graph run under ``run_config``) registers
    the attempt in the journal inside the statement it sends anyway
@@ -612,7 +612,7 @@ class PostgresJournal:
     ``claim_ahead`` (seconds, default 0.1; 0 turns it off): a new op whose task's previous
     journal statement, answered at most this long ago, found the attempt still holding the
     thread runs on that fence check instead of a claim of its own (one round trip per op;
-    the exact rule is in docs/durable-ops-without-restate.md).
+    the exact rule is in docs/how-to/durable-ops-without-restate.md).
     """
 
     keyed = True

@@ -326,7 +326,7 @@ class DeterministicRunner:
                             "the run finished but the journal recorded durable ops it never asked "
                             f"for: {scheduler.unfulfilled()}. Node code took a different path on "
                             "replay. Fix: make control flow depend only on state and durable "
-                            "results (see docs/deterministic-replay-on-restate.md)."
+                            "results (see docs/explanation/deterministic-replay-on-restate.md)."
                         )
 
     def _pinned(self, graph: Any) -> tuple[Any, Any]:
