@@ -46,7 +46,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, Final
 
 import psycopg
-from langchain_core.messages import AnyMessage, ToolMessage
+from langchain_core.messages import BaseMessage, ToolMessage
 from langgraph.checkpoint.base.id import uuid6
 from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 from psycopg.types.json import Jsonb
@@ -58,14 +58,13 @@ from langgraph_deterministic.errors import (
     SchemaNotReadyError,
 )
 from langgraph_deterministic.ops import DEFAULT_IDLE, queries
+from langgraph_deterministic.ops._messages import as_messages, input_readings, key, unanswered_calls
 from langgraph_deterministic.ops.audit import (
     AuditReport,
     Finding,
     HeadState,
     audit,
     connect,
-    normalize,
-    unanswered_calls,
 )
 
 UNKNOWN_RESULT: Final = (
@@ -146,9 +145,11 @@ def repair(
         if apply and not has_log:
             raise SchemaNotReadyError(
                 "repair --apply records what it does in lgd_repairs, which this database "
-                "lacks. Fix: run `langgraph-deterministic migrate --phase pre` first (it "
-                "adds only new tables; nothing of PostgresSaver's changes). Nothing was "
-                "written."
+                "lacks. Fix: run `langgraph-deterministic migrate --phase pre` first. Besides "
+                "adding our own lgd_* tables and functions, on PostgresSaver's tables it "
+                f"{'; '.join(_pre_changes(conn))}. PostgresSaver keeps reading and writing "
+                "them as before (`migrate --phase pre --dry-run` prints every statement; "
+                "`langgraph-deterministic uninstall` takes it all back). Nothing was written."
             )
         for tid, findings in sorted(found.damaged.items()):
             head = found.heads[tid]
@@ -186,6 +187,31 @@ def repair(
                     "Fix: run repair again."
                 ) from exc
     return report
+
+
+def _pre_changes(conn: psycopg.Connection[Any]) -> list[str]:
+    """What ``migrate --phase pre`` would change on the peer's tables of this database."""
+    row = conn.execute(queries("repair")["pre_changes"]).fetchone()
+    assert row is not None
+    task_path, indexes, lz4, versions = row
+    changes = []
+    if not indexes:
+        changes.append(
+            "builds an index on checkpoints (metadata->>'run_id', CONCURRENTLY: writes go on)"
+        )
+    if lz4:
+        changes.append(
+            "sets lz4 compression on checkpoints.checkpoint, checkpoint_blobs.blob and "
+            "checkpoint_writes.blob (a catalog change under a short lock: only values "
+            "stored from then on are lz4, nothing is rewritten)"
+        )
+    if not task_path:
+        changes.append("adds the column checkpoint_writes.task_path (PostgresSaver's v9)")
+    if versions:
+        changes.append(
+            f"records PostgresSaver's schema versions {versions} in checkpoint_migrations"
+        )
+    return changes or ["changes nothing"]
 
 
 def _repair_thread(
@@ -240,10 +266,10 @@ def _repair_thread(
 
     # no step left: every trigger consumed, as if the step had run
     closed = []
-    for key in [k for k in values if k.startswith("branch:to:")]:
-        del values[key]
-        node = key.removeprefix("branch:to:")
-        vs.setdefault(node, {})[key] = cv[key]
+    for trigger in [k for k in values if k.startswith("branch:to:")]:
+        del values[trigger]
+        node = trigger.removeprefix("branch:to:")
+        vs.setdefault(node, {})[trigger] = cv[trigger]
         closed.append(node)
     if "__start__" in cv:
         vs.setdefault("__start__", {})["__start__"] = cv["__start__"]
@@ -256,12 +282,19 @@ def _repair_thread(
         )
 
     messages = _messages(conn, serde, tid, cv, channel)
+    needs = faults & {"reapplied_input", "unanswered_tool_call"}
+    if messages is None and needs:
+        raise _Refused(
+            f"{', '.join(sorted(needs))} needs the head's {channel!r} channel as messages, and "
+            "it cannot be read as such (pass --messages-channel if the graph keeps its "
+            "messages under another key)"
+        )
     if messages is not None:
         fixed = list(messages)
         for f in findings:
             if f.fault == "reapplied_input":
-                fixed, removed = _drop_duplicates(conn, serde, tid, f.checkpoint_id, fixed, channel)
-                plan.actions.append(f"remove {removed} re-applied input message(s)")
+                fixed, note = _drop_duplicates(conn, serde, tid, f.checkpoint_id, fixed, channel)
+                plan.actions.append(note)
         gaps = unanswered_calls(fixed)
         for index, call, _ in sorted(gaps, key=lambda g: g[0], reverse=True):
             at = index + 1
@@ -334,7 +367,7 @@ def _messages(
     tid: str,
     cv: dict[str, str],
     channel: str,
-) -> list[AnyMessage] | None:
+) -> list[BaseMessage] | None:
     if channel not in cv:
         return None
     row = conn.execute(
@@ -343,8 +376,7 @@ def _messages(
     ).fetchone()
     if row is None or row[0] == "empty":
         return None
-    value = serde.loads_typed((row[0], row[1]))
-    return list(value) if isinstance(value, list) else None
+    return as_messages(serde.loads_typed((row[0], row[1])))
 
 
 def _drop_duplicates(
@@ -352,26 +384,54 @@ def _drop_duplicates(
     serde: JsonPlusSerializer,
     tid: str,
     input_checkpoint: str,
-    messages: list[AnyMessage],
+    messages: list[BaseMessage],
     channel: str,
-) -> tuple[list[AnyMessage], int]:
-    """Remove the later copy of each message the re-applied input added."""
-    wanted = []
-    for ch, t, b in conn.execute(
-        queries("repair")["input_writes"], {"thread_id": tid, "checkpoint_id": input_checkpoint}
-    ):
-        if ch == channel:
-            value = serde.loads_typed((t, b))
-            wanted.extend(value if isinstance(value, list) else [value])
+) -> tuple[list[BaseMessage], str]:
+    """Remove the later copy of each message the re-applied input added; returns the
+    messages and what was done. Raises :class:`_Refused` when the input cannot be read
+    as messages (then the thread stays as it is, and the audit keeps reporting it)."""
+    values = [
+        serde.loads_typed((t, b))
+        for ch, t, b in conn.execute(
+            queries("repair")["input_writes"],
+            {"thread_id": tid, "checkpoint_id": input_checkpoint},
+        )
+        if ch == channel
+    ]
+    if not values:
+        return messages, "the re-applied input wrote no messages: nothing to remove"
+    readings = [input_readings(v) for v in values]
+    if not all(readings):
+        raise _Refused(
+            f"the input applied at checkpoint {input_checkpoint} cannot be read as messages "
+            "(LangGraph's add_messages refuses it too); remove its copy by hand with "
+            "update_state, then run repair again"
+        )
+    counts: dict[tuple[str, str], int] = {}
+    for m in messages:
+        counts[key(m)] = counts.get(key(m), 0) + 1
+    wanted: list[BaseMessage] = []
+    for options in readings:
+        # the reading whose messages the state holds twice (a tuple stored as a list has
+        # two): that is the one add_messages applied
+        twice = [r for r in options if r and all(counts.get(key(m), 0) >= 2 for m in r)]
+        wanted.extend((twice or options)[0])
     out = list(messages)
-    removed = 0
+    removed = kept = 0
     for item in wanted:
-        key = normalize(item)
-        hits = [i for i, m in enumerate(out) if normalize(m) == key]
+        hits = [i for i, m in enumerate(out) if key(m) == key(item)]
         if len(hits) >= 2:
             del out[hits[-1]]
             removed += 1
-    return out, removed
+        else:
+            kept += 1
+    note = f"remove {removed} re-applied input message(s)"
+    if kept:
+        note += (
+            f"; {kept} input message(s) are in the state once already (same message id,"
+            " or removed since): nothing to remove"
+        )
+    return out, note
 
 
 def dump(report: RepairReport) -> str:
