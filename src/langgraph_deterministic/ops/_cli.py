@@ -271,16 +271,22 @@ def _print_audit(report: AuditReport) -> None:
     if damaged:
         table = Table("thread", "faults", "where")
         for thread_id, found in sorted(damaged.items())[:50]:
-            head = report.heads.get(thread_id)
-            busy = " (run in progress)" if head is not None and head.in_progress else ""
             table.add_row(
-                thread_id + busy,
+                thread_id,
                 ", ".join(sorted({f.fault for f in found})),
                 "; ".join(sorted({f.detail for f in found}))[:120],
             )
         console.print(table)
         if len(damaged) > 50:
             console.print(f"... and {len(damaged) - 50} more (use --json for all)")
+        busy = sorted(t for t in damaged if t in report.heads and report.heads[t].in_progress)
+        if busy:
+            console.print(
+                f"{len(busy)} of these may have a run in progress (written within --idle): "
+                "repair leaves them until they are idle: "
+                + ", ".join(busy[:20])
+                + (" ..." if len(busy) > 20 else "")
+            )
         console.print("damage found: `langgraph-deterministic repair` shows the fixes.")
     else:
         console.print("no damage found.")

@@ -247,10 +247,13 @@ class AuditReport:
         return 1 if self.damaged else 0
 
     def to_json(self) -> dict[str, Any]:
-        threads = [
+        threads: list[dict[str, Any]] = [
             {
                 "thread_id": thread_id,
                 "faults": sorted({f.fault for f in found}),
+                # written within ``idle``: a run may still be going (repair waits for it)
+                "run_in_progress": thread_id in self.heads
+                and self.heads[thread_id].in_progress,
                 "findings": [
                     {k: v for k, v in asdict(f).items() if k != "thread_id"}
                     | {"severity": f.severity}
