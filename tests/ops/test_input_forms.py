@@ -12,8 +12,9 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import operator
 from collections.abc import Iterator
-from typing import Any
+from typing import Annotated, Any, TypedDict
 
 import psycopg
 import pytest
@@ -22,6 +23,7 @@ from hypothesis import strategies as st
 from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
 from langgraph.checkpoint.postgres import PostgresSaver
 from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
+from langgraph.graph import END, START, StateGraph
 from langgraph.graph.message import add_messages
 from tests.ops import _agent, _plant
 
@@ -137,8 +139,7 @@ def planted(pg_server_dsn: str) -> Iterator[dict[str, Any]]:
 
 def faults(report: dict[str, Any]) -> dict[str, set[str]]:
     return {
-        t["thread_id"]: set(t["faults"])
-        for t in report["damaged_threads"] + report["risk_threads"]
+        t["thread_id"]: set(t["faults"]) for t in report["damaged_threads"] + report["risk_threads"]
     }
 
 
@@ -217,3 +218,49 @@ def test_every_repaired_thread_takes_new_input(planted: dict[str, Any], form: st
                 assert any(
                     isinstance(m, ToolMessage) and m.content == UNKNOWN_RESULT for m in messages
                 ), tid
+
+
+# --- what repair cannot fix, it refuses: the audit keeps reporting it ------------------
+
+
+class Log(TypedDict):
+    log: Annotated[list[int], operator.add]
+
+
+def _log_graph() -> StateGraph[Any]:
+    def work(state: Log) -> Log:
+        if _agent.KILL.is_set():
+            raise _agent.WorkerKilled()
+        return {"log": [len(state["log"])]}
+
+    graph = StateGraph(Log)
+    graph.add_node("work", work)
+    graph.add_edge(START, "work")
+    graph.add_edge("work", END)
+    return graph
+
+
+def test_a_fault_repair_cannot_fix_is_refused_and_still_reported(pg_server_dsn: str) -> None:
+    dsn = create_database(pg_server_dsn, prefix="lgd_refuse")
+    try:
+        with DeterministicSaver(dsn) as ours:
+            ours.setup()
+        with PostgresSaver.from_conn_string(dsn) as saver:
+            graph = _log_graph().compile(checkpointer=saver)
+            cfg: Any = {"configurable": {"thread_id": "log-1"}}
+            _agent.KILL.set()
+            with pytest.raises(_agent.WorkerKilled):
+                graph.invoke({"log": [7]}, cfg, durability="sync")
+            _agent.KILL.clear()
+            graph.invoke({"log": [7]}, cfg, durability="sync")  # the retry: input again
+        argv = ["--dsn", dsn, "--idle", "0", "--messages-channel", "log", "--json"]
+        code, out, _ = cli("audit", *argv)
+        assert code == 1 and faults(json.loads(out)) == {"log-1": {"reapplied_input", "no_run_id"}}
+        code, out, _ = cli("repair", "--apply", *argv)
+        (thread,) = json.loads(out)["threads"]
+        assert code == 1 and not thread["applied"]
+        assert "add_messages cannot read it as messages" in thread["refused"]
+        code, out, _ = cli("audit", *argv)  # never "clean" for a thread left as it was
+        assert code == 1 and faults(json.loads(out)) == {"log-1": {"reapplied_input", "no_run_id"}}
+    finally:
+        drop_database(pg_server_dsn, database_name(dsn))

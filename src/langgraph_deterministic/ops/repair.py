@@ -286,8 +286,9 @@ def _repair_thread(
     if messages is None and needs:
         raise _Refused(
             f"{', '.join(sorted(needs))} needs the head's {channel!r} channel as messages, and "
-            "it cannot be read as such (pass --messages-channel if the graph keeps its "
-            "messages under another key)"
+            "LangGraph's add_messages cannot read it as messages: the thread is left as it "
+            "was (audit keeps reporting it). Fix: pass --messages-channel if the graph keeps "
+            "its conversation under another key; else correct the thread with update_state"
         )
     if messages is not None:
         fixed = list(messages)
