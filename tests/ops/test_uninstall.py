@@ -30,6 +30,7 @@ from tests.ops import _agent, _plant
 from devtools.postgres import create_database, database_name, drop_database
 from langgraph_deterministic import DeterministicSaver, run_config
 from langgraph_deterministic.cli import main
+from langgraph_deterministic.errors import SchemaNotReadyError
 from langgraph_deterministic.ops.uninstall import our_peer_indexes, uninstall
 from langgraph_deterministic.runner import DeterministicRunner, PostgresJournal, durable_sync
 
@@ -245,5 +246,31 @@ def test_uninstall_waits_for_its_locks_as_migrations_do(pg_server_dsn: str) -> N
             assert conn.execute(
                 "SELECT count(*) FROM pg_class WHERE relname LIKE 'lgd\\_%'"
             ).fetchone() == (0,)
+    finally:
+        drop_database(pg_server_dsn, database_name(dsn))
+
+
+def test_force_removes_under_a_live_run_whose_next_write_then_fails(pg_server_dsn: str) -> None:
+    dsn = create_database(pg_server_dsn, prefix="lgd_force")
+    meet = threading.Barrier(2)
+    try:
+        with DeterministicSaver(dsn) as saver:
+            saver.setup()
+        _agent.MEET.append(meet)
+        with DeterministicSaver(dsn) as saver, ThreadPoolExecutor(1) as pool:
+            graph = _agent.build().compile(checkpointer=saver)
+            live = pool.submit(
+                graph.invoke, {"messages": [("user", "slow")]}, run_config("live", "r1")
+            )
+            try:
+                assert cli("uninstall", "--dsn", dsn)[0] == 1  # refused: a live lease
+                code, out, _ = cli("uninstall", "--dsn", dsn, "--force")
+                assert code == 0 and "removed our" in out
+            finally:
+                meet.wait(timeout=30)
+                _agent.MEET.clear()
+            # the worker's next write fails, naming what is missing, and writes nothing
+            with pytest.raises(SchemaNotReadyError, match="lgd_chain"):
+                live.result(timeout=60)
     finally:
         drop_database(pg_server_dsn, database_name(dsn))
