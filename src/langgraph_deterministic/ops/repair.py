@@ -41,6 +41,7 @@ from __future__ import annotations
 import copy
 import json
 import uuid
+from collections import Counter
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any, Final
@@ -380,6 +381,22 @@ def _messages(
     return as_messages(serde.loads_typed((row[0], row[1])))
 
 
+def _messages_at(
+    conn: psycopg.Connection[Any],
+    serde: JsonPlusSerializer,
+    tid: str,
+    checkpoint_id: str,
+    channel: str,
+) -> list[BaseMessage] | None:
+    """The messages channel at one checkpoint of the thread (None when its blob is gone)."""
+    row = conn.execute(
+        queries("repair")["checkpoint_versions"], {"thread_id": tid, "checkpoint_id": checkpoint_id}
+    ).fetchone()
+    if row is None or not row[0] or channel not in row[0]:
+        return None
+    return _messages(conn, serde, tid, row[0], channel)
+
+
 def _drop_duplicates(
     conn: psycopg.Connection[Any],
     serde: JsonPlusSerializer,
@@ -408,24 +425,30 @@ def _drop_duplicates(
             "(LangGraph's add_messages refuses it too); remove its copy by hand with "
             "update_state, then run repair again"
         )
-    counts: dict[tuple[str, str], int] = {}
-    for m in messages:
-        counts[key(m)] = counts.get(key(m), 0) + 1
+    counts = Counter(key(m) for m in messages)
     wanted: list[BaseMessage] = []
     for options in readings:
         # the reading whose messages the state holds twice (a tuple stored as a list has
         # two): that is the one add_messages applied
-        twice = [r for r in options if r and all(counts.get(key(m), 0) >= 2 for m in r)]
+        twice = [r for r in options if r and all(counts[key(m)] >= 2 for m in r)]
         wanted.extend((twice or options)[0])
-    out = list(messages)
+    # The input checkpoint holds the state the input was applied to: a message that was
+    # there n times, the retry's copy is its (n+1)th occurrence now (a later, identical
+    # message the user sent stays). Without that state (a blob pruned), the last one.
+    before = _messages_at(conn, serde, tid, input_checkpoint, channel)
+    drop: set[int] = set()
     removed = kept = 0
-    for item in wanted:
-        hits = [i for i, m in enumerate(out) if key(m) == key(item)]
-        if len(hits) >= 2:
-            del out[hits[-1]]
-            removed += 1
+    for k, copies in Counter(key(m) for m in wanted).items():
+        hits = [i for i, m in enumerate(messages) if key(m) == k]
+        if before is not None:
+            start = sum(key(m) == k for m in before)
+            chosen = hits[start : start + copies] if start else []
         else:
-            kept += 1
+            chosen = hits[1:][-copies:]
+        drop.update(chosen)
+        removed += len(chosen)
+        kept += copies - len(chosen)
+    out = [m for i, m in enumerate(messages) if i not in drop]
     note = f"remove {removed} re-applied input message(s)"
     if kept:
         note += (

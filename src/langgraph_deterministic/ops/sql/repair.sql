@@ -14,6 +14,10 @@ SELECT type, blob FROM checkpoint_blobs
 WHERE thread_id = %(thread_id)s AND checkpoint_ns = '' AND channel = %(channel)s
   AND version = %(version)s
 
+-- name: checkpoint_versions
+SELECT checkpoint -> 'channel_versions' FROM checkpoints
+WHERE thread_id = %(thread_id)s AND checkpoint_ns = '' AND checkpoint_id = %(checkpoint_id)s
+
 -- name: input_writes
 SELECT channel, type, blob FROM checkpoint_writes
 WHERE thread_id = %(thread_id)s AND checkpoint_ns = '' AND checkpoint_id = %(checkpoint_id)s
