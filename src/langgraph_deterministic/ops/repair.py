@@ -27,8 +27,11 @@ Fixes (docs/how-to/operations.md):
     its AIMessage: ``status="error"``, content :data:`UNKNOWN_RESULT`, so the model knows
     the tool may or may not have run and can continue (or ask). Needs LangChain messages.
 ``reapplied_input``
-    In the same new head, the messages a retry applied a second time are removed (the
-    later copy of each). Needs LangChain messages.
+    In the same new head, the copy of each message the retry applied a second time is
+    removed: the occurrence after those the state held when the retry's input was applied
+    (the last occurrence, where that state's blob is gone). The stored input is read as
+    LangGraph reads it, in every input form (``ops/_messages.py``). Needs LangChain
+    messages; a thread whose input or messages ``add_messages`` cannot read is refused.
 ``no_run_id`` is a risk, not damage: nothing to repair.
 
 The new head's run id is ``lgd-repair:<repair id>``; with our tables it takes the old
