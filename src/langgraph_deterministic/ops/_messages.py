@@ -5,8 +5,8 @@ serde kept: message objects, ``("user", text)`` tuples (msgpack stores them as l
 they read back as ``["user", text]``), ``{"role": ..., "content": ...}`` dicts, plain
 strings, content blocks, a single one of these or a list of them. LangGraph's
 ``add_messages`` turns every one of them into messages before it merges; :func:`as_messages`
-runs that same code (``add_messages([], value)``), so what audit and repair compare is what
-the graph's state holds.
+runs the same coercion (langchain-core's ``convert_to_messages``), so what audit and repair
+compare is what the graph's state holds.
 """
 
 from __future__ import annotations
@@ -15,28 +15,29 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
-from langgraph.graph.message import add_messages
+from langchain_core.messages import (
+    AIMessage,
+    BaseMessage,
+    ToolMessage,
+    convert_to_messages,
+    message_chunk_to_message,
+)
 
 MessageKey = tuple[str, str]
 
 
 def as_messages(value: Any) -> list[BaseMessage] | None:
-    """``value`` coerced as ``add_messages`` coerces an update, or None when LangGraph
-    would not read it as messages either."""
+    """``value`` coerced as ``add_messages`` coerces an update before it merges (a single
+    item becomes a list; each item goes through langchain-core's ``convert_to_messages``
+    and chunks become messages), or None when LangGraph would not read it as messages
+    either. Nothing is merged or given an id: the result has one message per item."""
     if value is None:
         return None
-    if isinstance(value, list):  # add_messages gives id-less messages an id: not ours
-        value = [
-            m.model_copy() if isinstance(m, BaseMessage) and m.id is None else m for m in value
-        ]
-    elif isinstance(value, BaseMessage) and value.id is None:
-        value = value.model_copy()
+    items = value if isinstance(value, list) else [value]
     try:
-        merged = add_messages([], value)
+        return [message_chunk_to_message(m) for m in convert_to_messages(items)]
     except (NotImplementedError, ValueError, TypeError, KeyError):
         return None
-    return [m for m in merged if isinstance(m, BaseMessage)] if isinstance(merged, list) else None
 
 
 def input_readings(value: Any) -> list[list[BaseMessage]]:
