@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 from langgraph_deterministic.errors import (
     ConcurrentRunError,
     ConfigurationError,
+    DatabaseUnavailableError,
     DeterministicError,
     RunSupersededError,
 )
@@ -27,10 +28,12 @@ SQLSTATE_CLOCK_BEHIND = "LG411"
 SQLSTATE_COMMAND_REPLAY = "LG412"
 #: Another run took the thread's lease over.
 SQLSTATE_LEASED = "LG413"
+#: The parent checkpoint is not in the database (lost in a failover; migration 0025).
+SQLSTATE_PARENT_LOST = "LG414"
 #: All of the above; tests/checkpointer/test_schema.py checks the SQL raises no other.
 SQLSTATES: frozenset[str] = frozenset(
     {SQLSTATE_CHILD_TAKEN, SQLSTATE_STALE_WRITE, SQLSTATE_CLOCK_BEHIND,
-     SQLSTATE_COMMAND_REPLAY, SQLSTATE_LEASED}
+     SQLSTATE_COMMAND_REPLAY, SQLSTATE_LEASED, SQLSTATE_PARENT_LOST}
 )  # fmt: skip
 
 
@@ -64,6 +67,15 @@ def translate_guard_error(exc: BaseException, info: CallInfo) -> DeterministicEr
             f"({detail}) -- multitask_strategy 'interrupt' or 'rollback', or a run admitted "
             "after this attempt's lease expired. This write was not stored. Stop this "
             "attempt; the thread continues with the other run."
+        )
+    if sqlstate == SQLSTATE_PARENT_LOST:
+        return DatabaseUnavailableError(
+            f"{Run} on thread {info.thread_id!r} continued a checkpoint the database does "
+            f"not hold ({detail}): it was written and acknowledged, then lost - a failover "
+            "to a standby that had not received it (asynchronous replication), or a restore. "
+            "This write was not stored. Retry the call with the same run_id: the retry "
+            "loads the thread's surviving head and continues from there (work done after "
+            "that head runs again)."
         )
     if sqlstate == SQLSTATE_CLOCK_BEHIND:
         return ConfigurationError(
