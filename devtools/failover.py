@@ -255,7 +255,9 @@ async def _trial(
         # the errors say (a retryable one: retry; RunUnfinishedError: retry the previous run).
         for thread in threads:
             before = len(result.fatal)
-            if not await attempt_until_done(thread, f"{thread}-after", f"{thread}-r{runs_per_thread - 1}"):
+            if not await attempt_until_done(
+                thread, f"{thread}-after", f"{thread}-r{runs_per_thread - 1}"
+            ):
                 result.stuck_threads += 1
                 result.fatal[before:] = [f"{thread} stuck: {m}" for m in result.fatal[before:]]
 

@@ -148,7 +148,14 @@ class ReplicaPair:
     def _start(self, data: Path, socket_dir: Path, extra: str = "") -> None:
         options = f"-c unix_socket_directories='{socket_dir}' {extra}".strip()
         code, out = self._pg_ctl(
-            data, "-l", str(data / "server.log"), "-w", "-t", str(_TIMEOUT_S), "-o", options,
+            data,
+            "-l",
+            str(data / "server.log"),
+            "-w",
+            "-t",
+            str(_TIMEOUT_S),
+            "-o",
+            options,
             "start",
         )
         if code != 0:

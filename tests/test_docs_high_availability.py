@@ -6,6 +6,7 @@ error table's "retryable" column is what ``is_retryable`` says."""
 
 from __future__ import annotations
 
+import contextlib
 import operator
 import re
 import threading
@@ -68,7 +69,9 @@ def pair() -> Any:
 def test_the_snippets_carry_runs_through_a_failover(pair: Any) -> None:
     dsn = pair.create_database("ha_docs")
     hosts = " ".join(
-        f"{k}={v}" for k, v in conninfo_to_dict(dsn).items() if k in ("host", "port", "dbname", "user")
+        f"{k}={v}"
+        for k, v in conninfo_to_dict(dsn).items()
+        if k in ("host", "port", "dbname", "user")
     )
     namespace: dict[str, Any] = {}
     for block in _python_blocks():
@@ -84,10 +87,8 @@ def test_the_snippets_carry_runs_through_a_failover(pair: Any) -> None:
         first_time = state["log"][0] not in entered
         entered.add(state["log"][0])
         if first_time:
-            try:
+            with contextlib.suppress(threading.BrokenBarrierError):
                 in_node.wait(10)  # both runs are inside a node when the primary goes
-            except threading.BrokenBarrierError:
-                pass
             time.sleep(0.3)
         return {"log": ["slow"]}
 
