@@ -21,11 +21,14 @@ import threading
 from typing import Annotated, Any
 
 import psycopg
+import psycopg.errors
+import psycopg_pool
 import pytest
 from langgraph.graph import END, START, StateGraph
 from typing_extensions import TypedDict
 
 from langgraph_deterministic import DeterministicSaver, run_config
+from langgraph_deterministic.checkpointer._translate import translate_error
 from langgraph_deterministic.errors import (
     ConcurrentRunError,
     DatabaseUnavailableError,
@@ -220,6 +223,29 @@ def test_a_write_on_a_server_that_takes_no_writes_is_retryable(dsn: str) -> None
         with pytest.raises(DatabaseUnavailableError, match="target_session_attrs") as caught:
             graph.invoke({"log": []}, run_config("read-only", "run-1"))
     assert is_retryable(caught.value)
+
+
+@pytest.mark.parametrize(
+    "raised",
+    [
+        psycopg.OperationalError("server closed the connection unexpectedly"),
+        psycopg.errors.AdminShutdown("terminating connection due to administrator command"),
+        psycopg.errors.CrashShutdown("terminating connection because of crash of another"),
+        psycopg.errors.CannotConnectNow("the database system is in recovery mode"),
+        psycopg.errors.ReadOnlySqlTransaction("cannot execute INSERT in a read-only transaction"),
+        psycopg_pool.PoolTimeout("couldn't get a connection after 30.00 sec"),
+    ],
+    ids=lambda e: type(e).__name__,
+)
+def test_an_outage_is_a_retryable_database_unavailable_error(raised: Exception) -> None:
+    translated = translate_error(raised)
+    assert isinstance(translated, DatabaseUnavailableError), translated
+    assert is_retryable(translated)
+
+
+def test_other_database_errors_keep_their_type() -> None:
+    deadlock = psycopg.errors.DeadlockDetected("deadlock detected")
+    assert translate_error(deadlock) is deadlock
 
 
 # -- with a real streaming replica ------------------------------------------------------
