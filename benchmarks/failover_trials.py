@@ -8,9 +8,10 @@ until it finishes (``devtools/failover.py``); the counts summed per configuratio
 Exit code 1 when any count that must be zero is not: unfinished runs, non-retryable
 errors, ConcurrentRunError (every attempt here is the run's only one), duplicated or
 missing inputs, stuck threads, forks, checkpoints with a missing parent. The other
-columns are what a failover costs: retries, runs re-opened (a finished run the database
-lost the end of, or whose lease release it lost; retried with its run id) and journaled
-ops run again after their ``durable()`` returned.
+columns are what a failover costs: retries, runs lost whole (async: every write of a
+run that had returned fell inside the replication lag; its input is missing), runs
+re-opened (a finished run the database lost the end of, or whose lease release it lost;
+retried with its run id) and journaled ops run again after their ``durable()`` returned.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ def _row(results: list[TrialResult]) -> dict[str, Any]:
     row: dict[str, Any] = {k: sum(r.bad()[k] for r in results) for k in BAD}
     row["runs"] = sum(r.runs for r in results)
     row["attempts"] = sum(r.attempts for r in results)
+    row["lost_runs"] = sum(r.missing_inputs for r in results) if results[0].mode == "async" else 0
     row["reopened"] = sum(r.reopened_runs for r in results)
     row["ops_rerun"] = sum(r.ops_rerun_after_return for r in results)
     row["unavailable"] = sum(r.errors.get("DatabaseUnavailableError", 0) for r in results)

@@ -130,6 +130,57 @@ def test_a_checkpoint_on_a_lost_parent_is_refused_and_the_retry_continues(
     assert _missing_parents(dsn) == 0
 
 
+def test_a_write_after_a_lost_admission_is_not_a_concurrent_run_error(
+    saver: DeterministicSaver, dsn: str
+) -> None:
+    """Run 1 finished; run 2's admission replaced its lease. The database then loses run
+    2's admission and run 1's release (what an asynchronous standby may lack): the lease
+    row is run 1's again, as it was. Run 2's next write meets "another run holds the
+    thread", but no run took it over: a retryable DatabaseUnavailableError."""
+    thread = "lost-admission"
+    in_node, release = threading.Event(), threading.Event()
+
+    def node(state: S) -> S:
+        if state["log"][-1] == "in:run-2":
+            in_node.set()
+            assert release.wait(30)
+        return {"log": ["node"]}
+
+    g = StateGraph(S)
+    g.add_node("node", node)
+    g.add_edge(START, "node")
+    g.add_edge("node", END)
+    graph = g.compile(checkpointer=saver)
+    graph.invoke({"log": ["in:run-1"]}, run_config(thread, "run-1"), durability="sync")
+    with psycopg.connect(dsn) as conn:
+        before = conn.execute(
+            "SELECT run_id, attempt, acquired_at FROM lgd_leases WHERE thread_id = %s", (thread,)
+        ).fetchone()
+    assert before is not None and before[0] == "run-1"
+    outcome: dict[str, Any] = {}
+
+    def second() -> None:
+        try:
+            graph.invoke({"log": ["in:run-2"]}, run_config(thread, "run-2"), durability="sync")
+        except BaseException as exc:
+            outcome["error"] = exc
+
+    worker = threading.Thread(target=second)
+    worker.start()
+    assert in_node.wait(30)
+    with psycopg.connect(dsn) as conn:
+        conn.execute(
+            "UPDATE lgd_leases SET run_id = %s, attempt = %s, acquired_at = %s, ended = NULL, "
+            "outcome = 'free', expires_at = now() + interval '30 seconds' WHERE thread_id = %s",
+            (*before, thread),
+        )
+    release.set()
+    worker.join(60)
+    error = outcome.get("error")
+    assert isinstance(error, DatabaseUnavailableError) and is_retryable(error), error
+    assert "admission" in str(error)
+
+
 def _journaled_graph(saver: DeterministicSaver, during: Any) -> Any:
     calls: list[str] = []
 

@@ -94,3 +94,15 @@ def translate_guard_error(exc: BaseException, info: CallInfo) -> DeterministicEr
             "before anything runs; send a new answer under a new run_id."
         )
     return None
+
+
+def lost_admission_error(info: CallInfo) -> DatabaseUnavailableError:
+    """An LG413 that names the very lease this attempt's admission replaced: the database
+    lost the admission (see _core._lost_admission), no other run took the thread."""
+    return DatabaseUnavailableError(
+        f"The write of run {info.run_id!r} on thread {info.thread_id!r} was not stored: "
+        "the database no longer holds this attempt's admission (its lease of the thread), "
+        "which it had acknowledged - the lease is back with the run that held it before, "
+        "as after a failover to a standby that had not received the admission, or a "
+        "restore. No other run took the thread over. Retry the call with the same run_id."
+    )

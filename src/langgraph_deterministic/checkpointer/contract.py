@@ -100,6 +100,7 @@ from langgraph_deterministic.checkpointer._sqlstate import (
     SQLSTATE_PARENT_LOST,
     SQLSTATE_STALE_WRITE,
     SQLSTATES,
+    lost_admission_error,
     translate_guard_error,
 )
 from langgraph_deterministic.errors import (
@@ -755,6 +756,7 @@ __all__ = [
     "head_mark",
     "input_fingerprint",
     "input_kind",
+    "lost_admission_error",
     "progress_digest",
     "translate_guard_error",
     "unanswered_tool_calls",

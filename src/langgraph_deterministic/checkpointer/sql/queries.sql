@@ -643,3 +643,7 @@ SELECT stored, fence_at, lost FROM lgd_journal_store_v4(
     %(thread_id)s, %(task_ns)s, %(op_key)s, %(checkpoint_ns)s, %(checkpoint_id)s,
     %(run_id)s::text, %(attempt)s, %(claimed)s, %(fence_at)s::timestamptz, %(status)s,
     %(type)s, %(blob)s)
+
+-- name: lease_holder
+-- Who holds a thread's lease, read only after an LG413 (_core._lost_admission).
+SELECT run_id, attempt, acquired_at FROM lgd_leases WHERE thread_id = %(thread_id)s
