@@ -160,7 +160,11 @@ async def run_trial(
     seed: int | None = None,
     durability: str = "async",
 ) -> TrialResult:
-    """Start a pair (unless given), run the trial, stop the pair; see the module docstring."""
+    """Start a pair (unless given), run the trial, stop the pair; see the module docstring.
+
+    ``threads`` threads of ``runs_per_thread`` runs each (three nodes, one op each, up to
+    ``slow`` seconds); the failover comes once a share of the trial's ops, drawn from
+    ``failover_after``, has started. ``durability`` is LangGraph's."""
     rng = random.Random(seed)
     own = pair is None
     if pair is None:
