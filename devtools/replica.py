@@ -26,6 +26,7 @@ Test machinery, not part of the wheel.
 
 from __future__ import annotations
 
+import atexit
 import os
 import shutil
 import tempfile
@@ -68,6 +69,7 @@ def _initdb_template(bindir: Path, account: tuple[int, int] | None) -> Path:
         if _template is not None and (_template / "PG_VERSION").exists():
             return _template
         scratch = Path(tempfile.mkdtemp(prefix="lgd-ha-template-"))
+        atexit.register(shutil.rmtree, scratch, ignore_errors=True)
         scratch.chmod(0o755)
         data = scratch / "data"
         data.mkdir(mode=0o700)
