@@ -23,15 +23,9 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(scope="module")
-def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = tmp_path_factory.mktemp("wheel")
-    subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(out), str(ROOT)],
-        check=True,
-        capture_output=True,
-        timeout=300,
-    )
-    (built,) = out.glob("langgraph_deterministic-*.whl")
+def wheel(dist: Path) -> Path:
+    """The wheel built from the sdist (``dist`` below)."""
+    (built,) = dist.glob("langgraph_deterministic-*.whl")
     return built
 
 
