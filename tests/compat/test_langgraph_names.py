@@ -71,12 +71,13 @@ def test_the_fix_excludes_a_supported_version_that_broke(monkeypatch: pytest.Mon
     package was released): the fix pins it out instead of naming a range it is in."""
     from langgraph_deterministic import _compat
 
-    installed = importlib.metadata.version("langgraph")
+    inside = "1.2.30"  # a release the range admits, untested when this package was released
+    monkeypatch.setattr(_compat, "installed", lambda dist: inside)
     message = _compat.incompatible_message(
         "langgraph", "lacks a name", compat.SUPPORTED_LANGGRAPH, user="x"
     )
-    assert f"!={installed}" in message
-    _assert_fix_excludes_installed(message, "langgraph")
+    assert f"!={inside}" in message
+    _assert_fix_excludes_installed(message, "langgraph", inside)
 
 
 def test_every_exported_name_resolves() -> None:
