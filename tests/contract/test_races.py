@@ -1,0 +1,158 @@
+"""Races between attempts of one run, and what a refused attempt leaves behind.
+
+* A process whose attempt lost a race keeps serving graph runs (its connections'
+  prepared statements survive the refusal), with every ``prepare_threshold``.
+* Two attempts of one run started at once: exactly one finishes it, the loser's error
+  changes nothing recorded about the run, and the next run succeeds.
+* A late retry of a finished run, cancelled or failing at any point, changes nothing: the
+  next run is admitted at once.
+* Input that cannot be serialised is refused and leaves no row in any table.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import operator
+import threading
+from typing import Annotated, Any, TypedDict
+
+import psycopg
+import pytest
+from langgraph.graph import END, START, StateGraph
+
+from langgraph_deterministic import DeterministicSaver, run_config
+from langgraph_deterministic.checkpointer._batch import Batch, Statement
+from langgraph_deterministic.checkpointer._drivers import aexecute, execute
+from langgraph_deterministic.errors import ConcurrentRunError, DeterministicError
+
+LGD_TABLES = (
+    "checkpoints", "checkpoint_blobs", "checkpoint_writes", "lgd_chain", "lgd_runs",
+    "lgd_leases", "lgd_queue", "lgd_journal", "lgd_journal_attempts",
+)  # fmt: skip
+
+
+class S(TypedDict, total=False):
+    steps: Annotated[list[str], operator.add]
+    item: Any
+
+
+def build(gate: threading.Barrier | None = None, crash: list[str] | None = None) -> StateGraph[Any]:
+    """a -> b -> c; ``gate``: node a of each attempt waits for the other (a race);
+    ``crash``: node a raises while the list is not empty (popping it)."""
+
+    def a(state: S) -> dict[str, Any]:
+        if crash:
+            raise RuntimeError(f"pod killed in a ({crash.pop()})")
+        if gate is not None:
+            with contextlib.suppress(threading.BrokenBarrierError):
+                gate.wait(timeout=10)
+        return {"steps": ["a"]}
+
+    g = StateGraph(S)
+    g.add_node("a", a)
+    g.add_node("b", lambda s: {"steps": ["b"]})
+    g.add_node("c", lambda s: {"steps": ["c"]})
+    g.add_edge(START, "a")
+    g.add_edge("a", "b")
+    g.add_edge("b", "c")
+    g.add_edge("c", END)
+    return g
+
+
+def rows_of(dsn: str, thread_id: str) -> dict[str, int]:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        return {
+            t: conn.execute(f"SELECT count(*) FROM {t} WHERE thread_id = %s", (thread_id,))
+            .fetchone()[0]  # type: ignore[index]
+            for t in LGD_TABLES
+        }
+
+
+# -- the root cause, at the driver: a refusal ahead of a statement psycopg prepares ------
+
+
+@pytest.mark.parametrize("threshold", [0, 1, 2, 3, 5])
+def test_a_failed_pipeline_leaves_prepared_statements_in_sync(db: str, threshold: int) -> None:
+    """The batch that fails carries, after the failing statement, the execution at which
+    psycopg prepares the next one (its Parse is skipped by the server): the connection
+    must run that statement again afterwards."""
+    fail = Statement("SELECT 1 / %(d)s::int", {"d": 0})
+    later = Statement("SELECT %(x)s::int + 1", {"x": 1}, fetch=True)
+    with psycopg.connect(db, autocommit=True, prepare_threshold=threshold) as conn:
+        for _ in range(threshold):
+            assert execute(conn, Batch.write(later)) == [[(2,)]]
+        with pytest.raises(psycopg.errors.DivisionByZero):
+            execute(conn, Batch.write(fail, later))
+        for _ in range(threshold + 3):
+            assert execute(conn, Batch.write(later)) == [[(2,)]]
+
+
+async def test_a_failed_pipeline_leaves_prepared_statements_in_sync_async(db: str) -> None:
+    fail = Statement("SELECT 1 / %(d)s::int", {"d": 0})
+    later = Statement("SELECT %(x)s::int + 2", {"x": 1}, fetch=True)
+    conn = await psycopg.AsyncConnection.connect(db, autocommit=True, prepare_threshold=2)
+    async with conn:
+        for _ in range(2):
+            await aexecute(conn, Batch.write(later))
+        with pytest.raises(psycopg.errors.DivisionByZero):
+            await aexecute(conn, Batch.write(fail, later))
+        for _ in range(4):
+            assert await aexecute(conn, Batch.write(later)) == [[(3,)]]
+
+
+# -- a process that lost a race serves its next runs ------------------------------------
+
+_THRESHOLDS = {"default": {}, "0": {"prepare_threshold": 0}, "5": {"prepare_threshold": 5},
+               "None": {"prepare_threshold": None}}  # fmt: skip
+
+
+def _race(saver: DeterministicSaver, thread_id: str, run_id: str) -> list[str]:
+    """Two attempts of one run at once; returns each one's outcome ("ok" or the error).
+
+    A first attempt stores the run's input and dies in node a; then two retries resume
+    from there together, both run node a, and race to store its checkpoint."""
+    gate = threading.Barrier(2)
+    graph = build(gate, crash=["first attempt"]).compile(checkpointer=saver)
+    with pytest.raises(RuntimeError, match="pod killed"):
+        graph.invoke({"steps": ["in"]}, run_config(thread_id, run_id), durability="sync")
+    outcomes: list[str] = []
+
+    def attempt() -> None:
+        try:
+            graph.invoke({"steps": ["in"]}, run_config(thread_id, run_id), durability="sync")
+            outcomes.append("ok")
+        except DeterministicError as exc:
+            outcomes.append(type(exc).__name__)
+
+    workers = [threading.Thread(target=attempt) for _ in range(2)]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join(30)
+    return outcomes
+
+
+@pytest.mark.parametrize("threshold", list(_THRESHOLDS))
+def test_a_process_that_lost_a_race_runs_20_more(db: str, threshold: str) -> None:
+    # One connection (pool of 1), races one after another: the refusals land at several
+    # counts of psycopg's statement executions, one of them where it prepares the put.
+    with DeterministicSaver(db, pool_max_size=1, **_THRESHOLDS[threshold]) as saver:
+        lost = 0
+        for i in range(4):
+            outcomes = _race(saver, f"race-{threshold}-{i}", "r1")
+            assert sorted(outcomes) in (["ConcurrentRunError", "ok"], ["ok", "ok"]), outcomes
+            lost += outcomes.count("ConcurrentRunError")
+        assert lost >= 1
+        graph = build().compile(checkpointer=saver)
+        for n in range(20):
+            out = graph.invoke({"steps": [str(n)]}, run_config(f"after-{threshold}-{n % 4}", f"n{n}"))
+            assert out["steps"][-3:] == ["a", "b", "c"]
+
+
+def test_the_loser_of_a_race_reports_concurrent_run_error(db: str) -> None:
+    with DeterministicSaver(db) as saver:
+        outcomes = _race(saver, "loser", "r1")
+    assert "ok" in outcomes
+    assert set(outcomes) <= {"ok", ConcurrentRunError.__name__}
+
+
