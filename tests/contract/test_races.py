@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import operator
 import threading
@@ -23,7 +24,11 @@ from langgraph.graph import END, START, StateGraph
 from langgraph_deterministic import DeterministicSaver, run_config
 from langgraph_deterministic.checkpointer._batch import Batch, Statement
 from langgraph_deterministic.checkpointer._drivers import aexecute, execute
-from langgraph_deterministic.errors import ConcurrentRunError, DeterministicError
+from langgraph_deterministic.errors import (
+    ConcurrentRunError,
+    DeterministicError,
+    SerializationError,
+)
 
 LGD_TABLES = (
     "checkpoints", "checkpoint_blobs", "checkpoint_writes", "lgd_chain", "lgd_runs",
@@ -62,8 +67,9 @@ def build(gate: threading.Barrier | None = None, crash: list[str] | None = None)
 def rows_of(dsn: str, thread_id: str) -> dict[str, int]:
     with psycopg.connect(dsn, autocommit=True) as conn:
         return {
-            t: conn.execute(f"SELECT count(*) FROM {t} WHERE thread_id = %s", (thread_id,))
-            .fetchone()[0]  # type: ignore[index]
+            t: conn.execute(
+                f"SELECT count(*) FROM {t} WHERE thread_id = %s", (thread_id,)
+            ).fetchone()[0]  # type: ignore[index]
             for t in LGD_TABLES
         }
 
@@ -145,7 +151,9 @@ def test_a_process_that_lost_a_race_runs_20_more(db: str, threshold: str) -> Non
         assert lost >= 1
         graph = build().compile(checkpointer=saver)
         for n in range(20):
-            out = graph.invoke({"steps": [str(n)]}, run_config(f"after-{threshold}-{n % 4}", f"n{n}"))
+            out = graph.invoke(
+                {"steps": [str(n)]}, run_config(f"after-{threshold}-{n % 4}", f"n{n}")
+            )
             assert out["steps"][-3:] == ["a", "b", "c"]
 
 
@@ -156,3 +164,73 @@ def test_the_loser_of_a_race_reports_concurrent_run_error(db: str) -> None:
     assert set(outcomes) <= {"ok", ConcurrentRunError.__name__}
 
 
+# -- a finished run stays finished -----------------------------------------------------
+
+
+def _lease(dsn: str, thread_id: str) -> tuple[Any, ...] | None:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        return conn.execute(
+            "SELECT run_id, ended FROM lgd_leases WHERE thread_id = %s", (thread_id,)
+        ).fetchone()
+
+
+async def test_a_cancelled_late_retry_of_a_finished_run_changes_nothing(db: str) -> None:
+    """Finish a run, start it again (same run id and input) and cancel that call 0 ms to
+    the run's length in; the next run is admitted at once, every time."""
+    thread = "late-cancelled"
+    async with DeterministicSaver(db, lease_ttl=30) as saver:
+        graph = build().compile(checkpointer=saver)
+        loop = asyncio.get_running_loop()
+        await graph.ainvoke({"steps": ["warm"]}, run_config("late-warm", "w"))
+        t0 = loop.time()
+        await graph.ainvoke({"steps": ["in0"]}, run_config(thread, "r0"))
+        length = loop.time() - t0
+        # 0 ms, the first milliseconds (the admission in flight), then on to past the run's
+        # length (scripts/contract_trials.py sweeps every 0.5 ms).
+        delays = sorted({0.0, 0.0005, 0.001, 0.002} | {length * k / 8 for k in range(1, 11)})
+        previous = "r0"
+        for i, delay in enumerate(delays, start=1):
+            retry = asyncio.ensure_future(
+                graph.ainvoke({"steps": [f"in{i - 1}"]}, run_config(thread, previous))
+            )
+            await asyncio.sleep(delay)
+            retry.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await retry
+            # The finished run's lease and record are as it left them.
+            assert _lease(db, thread) == (previous, "ok"), delay
+            record = await saver.aget_run(thread, previous)
+            assert record is not None and record.status == "running", (
+                delay
+            )  # done once a run follows
+            out = await graph.ainvoke({"steps": [f"in{i}"]}, run_config(thread, f"r{i}"))
+            assert out["steps"][-4:] == [f"in{i}", "a", "b", "c"], delay
+            record = await saver.aget_run(thread, previous)
+            assert record is not None and record.status == "done", delay
+            previous = f"r{i}"
+
+
+# -- nothing written on refused input ------------------------------------------------------
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+async def test_input_that_cannot_be_serialised_leaves_no_row(db: str, mode: str) -> None:
+    thread = f"unserialisable-{mode}"
+    async with DeterministicSaver(db) as saver:
+        graph = build().compile(checkpointer=saver)
+        bad = {"steps": ["in"], "item": threading.Lock()}
+        with pytest.raises(SerializationError):
+            if mode == "sync":
+                await asyncio.to_thread(graph.invoke, bad, run_config(thread, "r1"))
+            else:
+                await graph.ainvoke(bad, run_config(thread, "r1"))
+        assert rows_of(db, thread) == dict.fromkeys(LGD_TABLES, 0)
+        # On a thread with history: the lease goes back to what it was.
+        await graph.ainvoke({"steps": ["ok"]}, run_config(thread, "r2"))
+        before = _lease(db, thread)
+        counts = rows_of(db, thread)
+        with pytest.raises(SerializationError):
+            await graph.ainvoke(bad, run_config(thread, "r3"))
+        assert _lease(db, thread) == before and rows_of(db, thread) == counts
+        out = await graph.ainvoke({"steps": ["next"]}, run_config(thread, "r4"))
+        assert out["steps"][-4:] == ["next", "a", "b", "c"]

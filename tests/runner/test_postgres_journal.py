@@ -596,7 +596,7 @@ def test_the_journal_adds_exactly_one_round_trip_and_one_statement_per_new_op(
     journal it costs exactly 20 round trips and 20 statements more than the same graph
     run bare (durable() just calling). No claim at all: the first op runs on the run's
     admission, which registered the attempt inside the statement the saver sends anyway
-    (lgd_journal_admit_v1 in place of lgd_admit_v3, in the head read's pipeline); every
+    (lgd_journal_admit_v2 in place of lgd_admit_v4, in the head read's pipeline); every
     later op on the fence check of an earlier outcome write."""
     from langgraph_deterministic.checkpointer import saver as saver_module
 
@@ -651,7 +651,7 @@ def test_the_journal_adds_exactly_one_round_trip_and_one_statement_per_new_op(
     assert stats.round_trips == 20 and len(stats.ahead) == 20 and stats.fenced == []
     assert len(journaled) == len(bare) + 20, (bare, journaled)
     assert sum(map(len, journaled)) == sum(map(len, bare)) + 20
-    assert bare[0][0] == "lgd_admit_v3" and journaled[0][0] == "lgd_journal_admit_v1"
+    assert bare[0][0] == "lgd_admit_v4" and journaled[0][0] == "lgd_journal_admit_v2"
     assert journaled[0][1:] == bare[0][1:]  # the same head read, in the same pipeline
     # every other batch the same, statement for statement (in the order writes completed)
     saver_batches = [b for b in journaled[1:] if b != ["lgd_journal_store_v3"]]

@@ -716,6 +716,7 @@ def test_put_batch_refused_releases_the_lease_as_failed_and_raises_ours() -> Non
     assert db.names()[-1] == ["release_lease"]
     assert db.sent("release_lease")[-1].params == {
         "thread_id": "t1",
+        "run_id": "r1",
         "attempt": "att-1",
         "ended": "error",
     }

@@ -226,6 +226,11 @@ def _start_graph_run(
     the registration with the lease.
     """
     contract.require_run_id(info, "A graph run")
+    if info.recorder is not None and info.recorder.unfingerprinted is not None:
+        # An input of arbitrary objects: refused now if it cannot be stored, before the
+        # admission writes anything (LangGraph would store its writes, and under
+        # durability "async" run every node, before its checkpoint failed).
+        codec.dumps("the graph input", info.recorder.unfingerprinted[0])
     thread_id = info.thread_id
     select = queries()["select_checkpoint"]
     addressed = get_checkpoint_id(config) if info.addressed else None
@@ -333,7 +338,7 @@ def _start_graph_run(
                 contract.check_stuck_head(info, loaded, fingerprint_kind(info.fingerprint))
     except DeterministicError:
         if admitted and admission is not None:
-            undo = [Statement(queries()["unadmit"], _unadmit_params(info, attempt, admission))]
+            undo = [Statement(queries()["unadmit"], _unadmit_params(thread_id, attempt, admission))]
             if fence_at is not None:
                 undo.append(
                     Statement(
@@ -344,8 +349,10 @@ def _start_graph_run(
         raise
     if admitted and info.recorder is not None and info.run_id is not None:
         info.recorder.held = HeldLease(
-            thread_id, info.run_id, attempt, fence_at, started_empty=loaded is None
-        )
+            thread_id, info.run_id, attempt, fence_at, started_empty=loaded is None,
+            admission=admission,
+        )  # fmt: skip
+        info.recorder.stored = False  # this attempt's writes, from here on
     if loaded is None:
         _note_branch(info, None)
         return None
@@ -378,10 +385,10 @@ def _unlisten(channel: str | None) -> Operation[None]:
         yield Batch((Statement(f'UNLISTEN "{channel}"', prepare=False),))
 
 
-def _unadmit_params(info: CallInfo, attempt: str, admission: Admission) -> dict[str, Any]:
+def _unadmit_params(thread_id: str, attempt: str, admission: Admission) -> dict[str, Any]:
     lease = admission.holder
     return {
-        "thread_id": info.thread_id,
+        "thread_id": thread_id,
         "attempt": attempt,
         "run_id": lease.run_id if lease else None,
         "holder_attempt": lease.attempt if lease else None,
@@ -393,10 +400,27 @@ def _unadmit_params(info: CallInfo, attempt: str, admission: Admission) -> dict[
     }
 
 
+#: Admissions an attempt that stored nothing may undo: those that changed nothing but the
+#: lease (interrupt and rollback outcomes changed the other run too).
+_UNDOABLE = frozenset({"free", "enqueued", "retry"})
+
+
 def release_lease(
-    held: HeldLease, ended: str, *, lazy: bool = False, interrupted_at: str | None = None
+    held: HeldLease,
+    ended: str,
+    *,
+    lazy: bool = False,
+    interrupted_at: str | None = None,
+    stored: bool = True,
 ) -> Operation[None]:
-    """The graph call of a lease holder returned (``ok``) or raised (``error``).
+    """The graph call of a lease holder returned (``ok``), raised (``error``) or lost a
+    race to another attempt of its own run (``lost``: changes nothing, see
+    ``lgd_release_v4``).
+
+    ``stored``: whether the attempt stored anything. One that raised before it stored
+    anything (its input could not be serialised, it was cancelled before its first
+    write) undoes its admission instead (``abandon_lease``): the lease goes back to what
+    it was, and no row is left of a refused input.
 
     ``lazy``: nothing else is in the transaction, so its commit need not wait for the WAL
     flush (see release_lease_lazy): a release lost to a server crash is a lease that
@@ -406,6 +430,17 @@ def release_lease(
     ledger row is made ``interrupted`` there if it reads ``running``: under durability
     "async" the interrupt's write can commit before the put that creates the row. That
     transaction waits for the WAL flush, ``lazy`` or not."""
+    admission = held.admission
+    if (
+        not stored
+        and ended == "error"
+        and interrupted_at is None
+        and admission is not None
+        and admission.outcome in _UNDOABLE
+    ):
+        params = _unadmit_params(held.thread_id, held.attempt, admission)
+        yield Batch.write(Statement(queries()["abandon_lease"], params))
+        return
     if interrupted_at is None:
         yield Batch.write(_release_statement(held, ended, lazy=lazy))
         return
@@ -419,8 +454,9 @@ def release_lease(
 def _release_statement(held: HeldLease, ended: str, *, lazy: bool = False) -> Statement:
     return Statement(
         queries()["release_lease_lazy" if lazy else "release_lease"],
-        {"thread_id": held.thread_id, "attempt": held.attempt, "ended": ended},
-    )
+        {"thread_id": held.thread_id, "run_id": held.run_id, "attempt": held.attempt,
+         "ended": ended},
+    )  # fmt: skip
 
 
 def renew_leases(held: Sequence[HeldLease]) -> Operation[None]:
@@ -430,7 +466,7 @@ def renew_leases(held: Sequence[HeldLease]) -> Operation[None]:
     yield Batch.write(
         Statement(
             queries()["renew_leases"],
-            {"threads": [h.thread_id for h in held], "attempts": [h.attempt for h in held]},
+            {"threads": [h.thread_id for h in held], "runs": [h.run_id for h in held]},
             prepare=False,
         )
     )
@@ -608,6 +644,8 @@ def put(
         if (ours := translate_guard_error(exc, info)) is not None:
             raise ours from None
         raise
+    if info.recorder is not None:
+        info.recorder.stored = True
     if held is not None and guard is not None and guard["ledger"]:
         assert info.recorder is not None
         info.recorder.ledger_written = (held, info.attempt)  # committed: the row is current
@@ -761,6 +799,8 @@ def put_writes(
             # this attempt cannot store what it computes from it.
             yield Batch.write(Statement(queries()["refuse_attempt"], guard))
         raise ours from None
+    if info.recorder is not None:
+        info.recorder.stored = True
     if guard is not None and guard["interrupted"]:
         held = _admitted_attempt_of(info)
         if held is not None and info.recorder is not None:  # for its release (release_lease)

@@ -56,13 +56,16 @@ class LeaseKeeper:
         held = recorder.held
 
         def ops(ended: str) -> tuple[Operation[None], Operation[None] | None, int]:
+            stored = recorder.stored
             """The release with the run's pending writes in its transaction; when there
             are writes, the release alone (run on a fresh connection if the first fails)
             and how many writes it would leave behind."""
             self.forget(held)
             writes = self._pending(held.attempt)
             at = recorder.take_interrupt(held)
-            first = _core.release_lease(held, ended, lazy=not writes, interrupted_at=at)
+            first = _core.release_lease(
+                held, ended, lazy=not writes, interrupted_at=at, stored=stored or bool(writes)
+            )
             if not writes:
                 return first, None, 0
             alone = _core.release_lease(held, ended, lazy=True, interrupted_at=at)

@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import datetime as _dt
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal, get_args
 
 from langgraph.checkpoint.base import CheckpointTuple
@@ -58,11 +58,15 @@ class HeldLease:
     #: the run found its thread empty: every parent its root writes continue is its own
     #: checkpoint, so none of them closes another run (see _core.put)
     started_empty: bool = False
+    #: the admission that took it: an attempt that raises before storing anything undoes
+    #: it (_core.release_lease), so a refused input leaves the lease as it found it
+    admission: Admission | None = field(default=None, compare=False)
 
 
 @dataclass(frozen=True, slots=True)
 class Admission:
-    """The row ``lgd_admit_v3`` returns (see migration 0014)."""
+    """The row ``lgd_admit_v4`` returns (see migrations 0014, 0024). ``outcome``
+    ``finished``: a retry of the run whose call returned, admitted without the lease."""
 
     verdict: Literal["admitted", "busy", "queued", "unfinished"]
     ticket: int | None
