@@ -601,7 +601,9 @@ def test_a_refused_journaled_start_undoes_the_registration_with_the_lease() -> N
     assert undo.params == {"thread_id": "t1", "attempt": "runner-att"}
 
 
-def test_enqueued_run_listens_waits_and_is_admitted_with_its_ticket() -> None:
+def test_enqueued_run_waits_and_is_admitted_with_its_ticket() -> None:
+    """The wait is a batch of its own, without a statement: the saver gives its pooled
+    connection back for it (_waiting) and wakes it by the ticket."""
     db = (
         FakeDb()
         .on("admit", [admit_row("queued", ticket=7)], [admit_row("admitted", ticket=7)])
@@ -610,13 +612,12 @@ def test_enqueued_run_listens_waits_and_is_admitted_with_its_ticket() -> None:
     contract = RunContract(lease_ttl=2.0)
     assert db.run(_core.get_tuple(CODEC, graph_config(strategy="enqueue"), contract)) is None
     assert db.names() == [
-        ["listen", "admit", "select_head_with_run"], ["wait"],
-        ["admit", "select_head_with_run"], ["unlisten"],
+        ["admit", "select_head_with_run"], ["wait"], ["admit", "select_head_with_run"],
     ]  # fmt: skip
     channel = _core.queue_channel("t1")
     assert db.batches[1].wait == (channel, 0.5)  # a quarter of the lease TTL
+    assert db.batches[1].ticket == 7
     assert [s.params["ticket"] for s in db.sent("admit")] == [None, 7]  # type: ignore[index]
-    assert db.batches[0].statements[0].sql == f'LISTEN "{channel}"'
 
 
 def test_enqueued_run_leaves_the_queue_when_its_timeout_is_spent() -> None:
@@ -627,20 +628,16 @@ def test_enqueued_run_leaves_the_queue_when_its_timeout_is_spent() -> None:
         db.run(
             _core.get_tuple(CODEC, graph_config(strategy="enqueue"), RunContract(enqueue_timeout=0))
         )
-    assert db.names() == [
-        ["listen", "admit", "select_head_with_run"],
-        ["leave_queue"],
-        ["unlisten"],
-    ]
+    assert db.names() == [["admit", "select_head_with_run"], ["leave_queue"]]
     assert db.sent("leave_queue")[0].params == {"thread_id": "t1", "ticket": 3}
 
 
-@pytest.mark.parametrize(("strategy", "unlisten"), [("reject", False), ("enqueue", True)])
-def test_unfinished_previous_run_is_refused(strategy: str, unlisten: bool) -> None:
+@pytest.mark.parametrize("strategy", ["reject", "enqueue"])
+def test_unfinished_previous_run_is_refused(strategy: str) -> None:
     db = FakeDb().on("admit", [admit_row("unfinished")]).on("select_head_with_run", NEW_THREAD)
     with pytest.raises(RunUnfinishedError, match="'r0'"):
         db.run(_core.get_tuple(CODEC, graph_config(strategy=strategy), RunContract()))
-    assert (["unlisten"] in db.names()) is unlisten
+    assert db.names() == [["admit", "select_head_with_run"]]
 
 
 def test_late_retry_of_a_finished_run_loads_its_final_checkpoint() -> None:

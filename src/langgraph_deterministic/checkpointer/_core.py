@@ -17,6 +17,7 @@ import dataclasses
 import hashlib
 import re
 import secrets
+import time
 from collections.abc import Mapping, Sequence
 from functools import cache
 from typing import Any, cast
@@ -256,16 +257,12 @@ def _start_graph_run(
     admission: Admission | None = None
     ticket: int | None = None
     waited = 0.0
-    listen = queue_channel(thread_id) if strategy == "enqueue" else None
-    listening = False
+    started = time.monotonic()
     while True:
         params = contract.admission(info, attempt, ticket)
         statements = (
             [read] if params is None else [Statement(admit, params, fetch=True), read]
         )
-        if listen and params is not None and not listening:
-            statements.insert(0, Statement(f'LISTEN "{listen}"', prepare=False))
-            listening = True
         results = yield Batch(tuple(statements))
         rows = results[-1] or []
         if params is None:
@@ -276,25 +273,32 @@ def _start_graph_run(
             fence_at = answer[10] if journaled else None
             break
         if admission.verdict == "unfinished":
-            yield from _unlisten(listen if listening else None)
             contract.refuse_unfinished(info, admission)
         if strategy != "enqueue":
             contract.refuse_busy(info, admission, None)
         ticket = admission.ticket
+        waited = time.monotonic() - started
         remaining = contract.enqueue_timeout - waited
         if remaining <= 0:
             yield Batch.write(
                 Statement(queries()["leave_queue"], {"thread_id": thread_id, "ticket": ticket})
             )
-            yield from _unlisten(listen)
             contract.refuse_busy(info, admission, waited)
-        # Woken by the holder's release (NOTIFY); the poll interval bounds the wait when
-        # a holder dies without releasing (its lease expires) or NOTIFY cannot reach us.
+        # Holding no connection (the saver gives it back to the pool: _waiting), woken by
+        # the release that makes this ticket the first (NOTIFY); the pause bounds the wait
+        # when a holder dies without releasing (its lease expires) or NOTIFY cannot reach
+        # us, and renews the ticket (a waiter that stops looking is skipped).
         pause = min(remaining, max(0.05, min(1.0, contract.lease_ttl / 4)))
-        yield Batch((), wait=(listen or "", pause))
-        waited += pause
-    if listening:
-        yield from _unlisten(listen)
+        try:
+            yield Batch((), wait=(queue_channel(thread_id), pause), ticket=ticket)
+        except GeneratorExit:
+            raise
+        except BaseException:
+            # Cancelled (or interrupted) while queued: leave the queue, then raise.
+            yield Batch.write(
+                Statement(queries()["leave_queue"], {"thread_id": thread_id, "ticket": ticket})
+            )
+            raise
     row = rows[0] if rows else None
     head = row[:15] if row is not None and row[0] is not None else None
     ledger = (
@@ -378,11 +382,6 @@ def _note_branch(info: CallInfo, attempt: str | None) -> None:
         BRANCHING.set((*current[:3], False))  # the probe: once
     else:
         BRANCHING.set(None)
-
-
-def _unlisten(channel: str | None) -> Operation[None]:
-    if channel:
-        yield Batch((Statement(f'UNLISTEN "{channel}"', prepare=False),))
 
 
 def _unadmit_params(thread_id: str, attempt: str, admission: Admission) -> dict[str, Any]:
