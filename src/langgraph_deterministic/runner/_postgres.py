@@ -86,13 +86,53 @@ _ERROR_TYPE = "lgd-error"
 _CLAIM_RETRIES = 5  # a deadlock between two attempts taking over each other's ops
 
 
-def _default_terminal(exc: BaseException) -> bool:
-    """Terminal, i.e. stored and replayed: what LangGraph's default retry policy would not
-    retry (ValueError, TypeError, ...). Transient failures (ConnectionError, HTTP 5xx, ...)
-    are not stored, so a retry runs the op again."""
+#: HTTP statuses a retry may get past: server errors, rate limits, request timeouts.
+_TRANSIENT_STATUS = frozenset({408, 429})
+
+
+def _http_status(exc: BaseException) -> int | None:
+    """The HTTP status an error carries (``status_code`` or ``status``, or its
+    ``response``'s: httpx, requests, aiohttp, the OpenAI and Anthropic SDKs), if any."""
+    for holder in (exc, getattr(exc, "response", None)):
+        for name in ("status_code", "status"):
+            status = getattr(holder, name, None)
+            if isinstance(status, int) and not isinstance(status, bool):
+                return status
+    return None
+
+
+def is_transient(exc: BaseException) -> bool:
+    """Whether a failure of a durable op's function is transient: not stored in the
+    journal, so the retry runs the op again (the default of ``PostgresJournal``'s
+    ``is_terminal`` is its negation). The one place this is defined:
+
+    * ``TimeoutError`` (``asyncio.TimeoutError`` and ``socket.timeout`` are it) and
+      ``ConnectionError`` (``ConnectionResetError``, ``ConnectionRefusedError``,
+      ``ConnectionAbortedError``, ``BrokenPipeError``);
+    * an error carrying an HTTP status (``status_code`` / ``status``, or its
+      ``response``'s) of 5xx, 408 or 429; any other status is terminal;
+    * otherwise LangGraph's default retry rule (``langgraph.types.default_retry_on``),
+      with one deliberate difference: that rule treats every other ``OSError`` as
+      permanent, and so do we, except the timeouts and connection errors above, which
+      it would store and replay forever as the op's outcome.
+
+    Not an ``Exception`` (a ``KeyboardInterrupt``, a cancellation) is never an outcome.
+    """
+    if not isinstance(exc, Exception):
+        return True
+    if isinstance(exc, TimeoutError | ConnectionError):
+        return True
+    status = _http_status(exc)
+    if status is not None:
+        return status >= 500 or status in _TRANSIENT_STATUS
     from langgraph.types import default_retry_on  # type: ignore[attr-defined]
 
-    return isinstance(exc, Exception) and not default_retry_on(exc)
+    return bool(default_retry_on(exc))
+
+
+def _default_terminal(exc: BaseException) -> bool:
+    """Terminal, i.e. stored and replayed: every failure :func:`is_transient` is not."""
+    return not is_transient(exc)
 
 
 @dataclass(frozen=True, slots=True)
@@ -602,8 +642,9 @@ class PostgresJournal:
 
     ``max_result_bytes``: the largest serialised result stored (default 8 MiB).
     ``is_terminal(exc)``: which failures of an op's function are its outcome, stored and
-    raised again on a retry without running it; others (by default what LangGraph's
-    default retry policy retries, e.g. ``ConnectionError``) are not stored.
+    raised again on a retry without running it; others are not stored. By default every
+    failure :func:`is_transient` is not (timeouts, connection errors, HTTP 5xx/408/429
+    are transient).
     ``synchronous_commit=False``: an op's outcome is stored without waiting for the WAL
     flush (Postgres' ``synchronous_commit = off`` for that one transaction). A killed
     *worker* loses nothing; a crash of the *Postgres server* within its WAL writer delay
@@ -652,4 +693,4 @@ class PostgresJournal:
         return _Session(self, attempt or secrets.token_hex(16))
 
 
-__all__ = ["JournalStats", "OpRef", "PostgresJournal"]
+__all__ = ["JournalStats", "OpRef", "PostgresJournal", "is_transient"]
