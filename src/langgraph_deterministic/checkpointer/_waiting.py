@@ -27,7 +27,7 @@ import asyncio
 import logging
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 import psycopg
@@ -191,7 +191,7 @@ class Checkout:
     """A pooled connection for one operation, given back to the pool while the operation
     waits (a ``Batch`` with ``wait``) and taken again for its next statements."""
 
-    __slots__ = ("_check", "_listener", "_pool", "conn")
+    __slots__ = ("_check", "_execute", "_listener", "_pool", "conn")
 
     def __init__(
         self,
@@ -199,8 +199,9 @@ class Checkout:
         conn: Connection[Any],
         listener: QueueListener,
         check: Callable[[Any], None] | None = None,
+        driver: Callable[[Connection[Any], Batch], Results] = execute,
     ) -> None:
-        self._pool, self._listener, self._check = pool, listener, check
+        self._pool, self._listener, self._check, self._execute = pool, listener, check, driver
         self.conn: Connection[Any] | None = conn
 
     def execute(self, batch: Batch) -> Results:
@@ -215,7 +216,7 @@ class Checkout:
             self.conn = self._pool.getconn()
             if self._check is not None:
                 self._check(self.conn)
-        return execute(self.conn, batch)
+        return self._execute(self.conn, batch)
 
     def close(self) -> None:
         if self.conn is not None:
@@ -226,7 +227,7 @@ class Checkout:
 class ACheckout:
     """:class:`Checkout` for an async pool."""
 
-    __slots__ = ("_check", "_listener", "_pool", "conn")
+    __slots__ = ("_check", "_execute", "_listener", "_pool", "conn")
 
     def __init__(
         self,
@@ -234,8 +235,9 @@ class ACheckout:
         conn: AsyncConnection[Any],
         listener: QueueListener,
         check: Callable[[Any], None] | None = None,
+        driver: Callable[[AsyncConnection[Any], Batch], Awaitable[Results]] = aexecute,
     ) -> None:
-        self._pool, self._listener, self._check = pool, listener, check
+        self._pool, self._listener, self._check, self._execute = pool, listener, check, driver
         self.conn: AsyncConnection[Any] | None = conn
 
     async def execute(self, batch: Batch) -> Results:
@@ -250,7 +252,7 @@ class ACheckout:
             self.conn = await self._pool.getconn()
             if self._check is not None:
                 self._check(self.conn)
-        return await aexecute(self.conn, batch)
+        return await self._execute(self.conn, batch)
 
     async def close(self) -> None:
         if self.conn is not None:

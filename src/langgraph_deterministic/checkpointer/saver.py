@@ -172,7 +172,6 @@ class SyncCallOnLoopError(ConfigurationError, asyncio.InvalidStateError):
     ``asyncio.InvalidStateError``, which AsyncPostgresSaver raises in that case."""
 
 
-
 class DeterministicSaver(BaseCheckpointSaver[str]):
     """A Postgres checkpointer for LangGraph, drop-in compatible with
     ``langgraph-checkpoint-postgres`` (same tables), with the sync and the async API.
@@ -515,7 +514,7 @@ class DeterministicSaver(BaseCheckpointSaver[str]):
                 conn = pool.getconn()
                 t0 = time.monotonic()
                 # An enqueue wait gives the connection back to the pool (_waiting).
-                checkout = Checkout(pool, conn, self._queue_listener(), self._checked)
+                checkout = Checkout(pool, conn, self._queue_listener(), self._checked, execute)
                 try:
                     if self._check_pool:
                         _require_autocommit(conn, pool=True)
@@ -544,7 +543,7 @@ class DeterministicSaver(BaseCheckpointSaver[str]):
             with _TRANSLATED:
                 conn = await pool.getconn()
                 t0 = time.monotonic()
-                acheckout = ACheckout(pool, conn, self._queue_listener(), self._checked)
+                acheckout = ACheckout(pool, conn, self._queue_listener(), self._checked, aexecute)
                 try:
                     if self._check_pool:
                         _require_autocommit(conn, pool=True)
