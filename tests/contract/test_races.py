@@ -15,11 +15,14 @@ import asyncio
 import contextlib
 import operator
 import threading
+import time
 from typing import Annotated, Any, TypedDict
 
 import psycopg
 import pytest
+from langchain_core.callbacks import BaseCallbackHandler
 from langgraph.graph import END, START, StateGraph
+from psycopg_pool import ConnectionPool
 
 from langgraph_deterministic import DeterministicSaver, run_config
 from langgraph_deterministic.checkpointer._batch import Batch, Statement
@@ -234,3 +237,50 @@ async def test_input_that_cannot_be_serialised_leaves_no_row(db: str, mode: str)
         assert _lease(db, thread) == before and rows_of(db, thread) == counts
         out = await graph.ainvoke({"steps": ["next"]}, run_config(thread, "r4"))
         assert out["steps"][-4:] == ["next", "a", "b", "c"]
+
+
+# -- a release that fails is not the run's end --------------------------------------------
+
+
+class _TakeThePool(BaseCallbackHandler):
+    """When the graph call ends, holds the pool's only connection for a while: the
+    saver's release (the next callback) cannot get one and fails, as in a burst that
+    exhausted the pool."""
+
+    run_inline = True
+
+    def __init__(self, pool: ConnectionPool[Any], hold: float) -> None:
+        self.pool, self.hold = pool, hold
+
+    def on_chain_end(self, outputs: Any, *, parent_run_id: Any = None, **kw: Any) -> None:
+        if parent_run_id is not None:
+            return
+        taken = threading.Event()
+
+        def take() -> None:
+            with self.pool.connection():
+                taken.set()
+                time.sleep(self.hold)
+
+        threading.Thread(target=take, daemon=True).start()
+        taken.wait(5)
+
+
+def test_a_release_that_cannot_get_a_connection_is_retried(db: str) -> None:
+    """The release of a run that returned fails (the pool has no connection for it in
+    time): the run must not read unfinished once its lease expires. The saver retries
+    the release; the next run is admitted."""
+    thread = "release-retried"
+    with ConnectionPool(
+        db, min_size=1, max_size=1, timeout=0.3, kwargs={"autocommit": True}, open=True
+    ) as pool:
+        saver = DeterministicSaver(pool, lease_ttl=2)
+        graph = build().compile(checkpointer=saver)
+        config = run_config(thread, "r1")
+        config["callbacks"].insert(0, _TakeThePool(pool, 0.8))
+        graph.invoke({"steps": ["in"]}, config)
+        time.sleep(2.5)  # past the lease's expiry
+        assert _lease(db, thread) == ("r1", "ok")
+        out = graph.invoke({"steps": ["next"]}, run_config(thread, "r2"))
+        assert out["steps"][-4:] == ["next", "a", "b", "c"]
+        saver.close()
