@@ -284,3 +284,79 @@ def test_a_release_that_cannot_get_a_connection_is_retried(db: str) -> None:
         out = graph.invoke({"steps": ["next"]}, run_config(thread, "r2"))
         assert out["steps"][-4:] == ["next", "a", "b", "c"]
         saver.close()
+
+
+# -- two attempts of one run at once ---------------------------------------------------------
+
+
+def build_journaled() -> StateGraph[Any]:
+    """a -> b, each node doing one durable op (for the PostgresJournal twins)."""
+    from langgraph_deterministic.runner import durable_sync
+
+    def node(name: str) -> Any:
+        def run(state: S) -> dict[str, Any]:
+            return {"steps": [durable_sync(f"op-{name}", lambda: name)]}
+
+        return run
+
+    g = StateGraph(S)
+    g.add_node("a", node("a"))
+    g.add_node("b", node("b"))
+    g.add_edge(START, "a")
+    g.add_edge("a", "b")
+    g.add_edge("b", END)
+    return g
+
+
+def twins(saver: DeterministicSaver, thread: str, journal: bool) -> list[str]:
+    """A finished run r0, then two attempts of run r1 started at once (threads behind a
+    barrier); then checks what the contract promises and starts run r2. Returns the two
+    attempts' outcomes."""
+    from langgraph_deterministic.runner import DeterministicRunner, PostgresJournal
+
+    graph = (build_journaled() if journal else build()).compile(checkpointer=saver)
+    if journal:
+        runner = DeterministicRunner(journal=PostgresJournal(saver))
+
+        def call(inp: Any, config: Any) -> Any:
+            return runner.invoke(graph, inp, config, durability="sync")
+    else:
+
+        def call(inp: Any, config: Any) -> Any:
+            return graph.invoke(inp, config, durability="sync")
+
+    tail = ["a", "b"] if journal else ["a", "b", "c"]
+    call({"steps": ["in0"]}, run_config(thread, "r0"))
+    gate = threading.Barrier(2)
+    outcomes: list[str] = []
+
+    def attempt() -> None:
+        gate.wait(10)
+        try:
+            out = call({"steps": ["in1"]}, run_config(thread, "r1"))
+            assert out["steps"][-len(tail) - 1 :] == ["in1", *tail]
+            outcomes.append("ok")
+        except ConcurrentRunError:
+            outcomes.append("ConcurrentRunError")
+
+    workers = [threading.Thread(target=attempt) for _ in range(2)]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join(60)
+    assert "ok" in outcomes and set(outcomes) <= {"ok", "ConcurrentRunError"}, outcomes
+    record = saver.get_run(thread, "r1")
+    assert record is not None and record.status == "running"  # finished, not yet followed
+    assert record.lease is not None and record.lease.ended == "ok", record.lease
+    out = call({"steps": ["in2"]}, run_config(thread, "r2"))  # admitted at once
+    assert out["steps"] == ["in0", *tail, "in1", *tail, "in2", *tail]  # each input once
+    record = saver.get_run(thread, "r1")
+    assert record is not None and record.status == "done"
+    return outcomes
+
+
+@pytest.mark.parametrize("journal", [False, True], ids=["saver", "journal"])
+def test_of_two_attempts_of_one_run_at_once_exactly_one_finishes_it(db: str, journal: bool) -> None:
+    with DeterministicSaver(db) as saver:
+        seen = [tuple(sorted(twins(saver, f"twins-{journal}-{i}", journal))) for i in range(10)]
+    assert ("ConcurrentRunError", "ok") in seen or all(s == ("ok", "ok") for s in seen)

@@ -64,6 +64,7 @@ import psycopg.errors
 from langgraph_deterministic._compat.langgraph import var_child_runnable_config
 from langgraph_deterministic.checkpointer._batch import Batch, Statement
 from langgraph_deterministic.checkpointer._queries import queries
+from langgraph_deterministic.checkpointer._sqlstate import LOST_TO_RUN
 from langgraph_deterministic.checkpointer.contract import GRAPH_RUN_MARKER, RUN_ID_KEY
 from langgraph_deterministic.errors import (
     ConcurrentRunError,
@@ -183,12 +184,15 @@ class JournalStats:
 
 def _lost(ref: OpRef, exc: BaseException) -> ConcurrentRunError:
     detail = getattr(getattr(exc, "diag", None), "message_detail", None) or str(exc)
-    return ConcurrentRunError(
+    error = ConcurrentRunError(
         f"Durable op {ref.op_key!r} of task {ref.task_ns!r} on thread {ref.thread_id!r} was "
         f"not run: this attempt has lost the thread ({detail}). Another attempt of the run "
         "(a retry, while this one was still alive) took over. Stop this attempt: the other "
         "one continues from what the journal and the checkpoints hold."
     )
+    # Lost to an attempt of its own run: its release leaves the lease to that one.
+    setattr(error, LOST_TO_RUN, ref.run_id)
+    return error
 
 
 def _claim(ref: OpRef) -> Generator[Batch, Any, list[tuple[Any, ...]]]:
@@ -332,6 +336,20 @@ class _Session:
         #: loop created after its attempt was registered
         self._loaded_ns: set[tuple[str, str]] = set()
         self._not_ours: set[tuple[str, str]] = set()
+
+    def _holds_run(self, thread_id: str) -> Generator[Batch, Any, bool]:
+        (rows,) = yield Batch.read(
+            queries()["journal_holds_run"], {"thread_id": thread_id, "attempt": self.attempt}
+        )
+        return bool(rows[0][0])
+
+    def holds_run(self, thread_id: str) -> bool:
+        """Whether this attempt still holds its run in the journal: no other attempt of
+        the run fenced it off (one round trip; asked only after a lost race)."""
+        return self._saver._run(self._holds_run(thread_id))
+
+    async def aholds_run(self, thread_id: str) -> bool:
+        return await self._saver._arun(self._holds_run(thread_id))
 
     def checkpoint_event(self, kind: str, config: Any, checkpoint_id: str | None) -> None:
         """The saver loaded, or is about to write, a checkpoint (``CHECKPOINT_EVENTS``)."""
@@ -531,8 +549,9 @@ class _Session:
         self, ref: OpRef, claimed_at: Any, claimed: bool, status: str, type_: str, blob: bytes
     ) -> _Steps:
         self._count()
-        fence_at = yield _DB, _store(
-            ref, claimed_at, claimed, status, type_, blob, self._sync_commit
+        fence_at = yield (
+            _DB,
+            _store(ref, claimed_at, claimed, status, type_, blob, self._sync_commit),
         )
         self._kept(ref, status, type_, blob, fence_at)
 

@@ -461,6 +461,14 @@ SELECT * FROM lgd_admit_v4(%(thread_id)s, %(run_id)s, %(attempt)s, %(strategy)s,
 SELECT * FROM lgd_journal_admit_v2(%(thread_id)s, %(run_id)s, %(attempt)s, %(strategy)s,
                                    %(ttl)s, %(ticket)s::bigint)
 
+-- name: journal_holds_run
+-- Whether an attempt still holds its run in the journal (no other attempt fenced it off):
+-- a PostgresJournal call that lost a checkpoint race to its own run resumes only then.
+SELECT NOT EXISTS (
+    SELECT 1 FROM lgd_journal_attempts a
+    WHERE a.thread_id = %(thread_id)s AND a.attempt = %(attempt)s AND a.fenced_by IS NOT NULL
+)
+
 -- name: journal_unadmit
 -- With unadmit, for a refused journaled admission: its registration undone.
 SELECT lgd_journal_unadmit_v1(%(thread_id)s, %(attempt)s)
