@@ -842,3 +842,35 @@ async def test_arun_drives_the_same_operation_as_run() -> None:
         _core.get_tuple(CODEC, {"configurable": {"thread_id": "t1"}}), execute
     )
     assert found is not None and found.checkpoint["channel_values"] == {"n": 1}
+
+
+# --- the end of an attempt that stored nothing -------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("outcome", "stored", "ended", "sent"),
+    [
+        ("free", False, "error", "abandon_lease"),  # refused input, a cancel before a write
+        ("retry", False, "error", "abandon_lease"),
+        ("enqueued", False, "error", "abandon_lease"),
+        ("free", True, "error", "release_lease_lazy"),  # it wrote: the run is unfinished
+        ("free", False, "ok", "release_lease_lazy"),
+        ("interrupted r0", False, "error", "release_lease_lazy"),  # it changed r0 too
+        ("finished", False, "error", "release_lease_lazy"),  # took no lease: a no-op
+    ],
+)
+def test_an_attempt_that_stored_nothing_undoes_its_admission(
+    outcome: str, stored: bool, ended: str, sent: str
+) -> None:
+    admission = _core.Admission.from_row((*admit_row("admitted")[:9], outcome))
+    held = HeldLease("t1", "r1", "att-1", admission=admission)
+    db = FakeDb()
+    db.run(_core.release_lease(held, ended, lazy=True, stored=stored))
+    assert db.names() == [[sent]]
+    (st,) = db.sent(sent)
+    assert st.params is not None and st.params["thread_id"] == "t1"
+    if sent == "abandon_lease":  # the lease as it was before: r0's
+        assert st.params["run_id"] == "r0" and st.params["holder_attempt"] == "att-0"
+        assert st.params["attempt"] == "att-1"
+    else:
+        assert st.params["run_id"] == "r1" and st.params["ended"] == ended
