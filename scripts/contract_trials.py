@@ -163,8 +163,10 @@ with DeterministicSaver(db) as saver:
             outcome = "ok"
         except ConcurrentRunError:
             outcome = "ConcurrentRunError"
-        with open(os.path.join(tmp, f"{prefix}-done-{i}.{os.getpid()}"), "w") as f:
+        done = os.path.join(tmp, f"{prefix}-done-{i}.{os.getpid()}")
+        with open(done + ".part", "w") as f:
             f.write(outcome)
+        os.replace(done + ".part", done)
 """
 
 
@@ -225,10 +227,12 @@ def twins(db: str, tmp: Path, quick: bool) -> None:
                     assert all(p.poll() is None for p in procs), [p.communicate() for p in procs]
                     time.sleep(0.005)
                 (tmp / f"{prefix}-go-{i}").touch()
-                while len(list(tmp.glob(f"{prefix}-done-{i}.*"))) < 2:
+                while len(list(tmp.glob(f"{prefix}-done-{i}.[0-9]*[0-9]"))) < 2:
                     assert all(p.poll() is None for p in procs), [p.communicate() for p in procs]
                     time.sleep(0.005)
-                outcomes = tuple(sorted(f.read_text() for f in tmp.glob(f"{prefix}-done-{i}.*")))
+                outcomes = tuple(
+                    sorted(f.read_text() for f in tmp.glob(f"{prefix}-done-{i}.[0-9]*[0-9]"))
+                )
                 assert "ok" in outcomes, (i, outcomes)
                 seen[outcomes] += 1
                 thread = f"{prefix}-{i}"

@@ -38,8 +38,9 @@ SQLSTATES: frozenset[str] = frozenset(
 #: id of the attempt that continued it (the last word of the SQL's detail, "... of run
 #: <run>"). Equal to the refused call's own run id, the loser raced its own twin.
 LOST_TO_RUN = "_lgd_lost_to_run"
-#: Set (True) on a ConcurrentRunError of a checkpoint race (LG409, LG410): the winner's
-#: checkpoints are stored, so a retry of the same run resumes from them.
+#: Set (True) on a ConcurrentRunError of a checkpoint race (LG409, LG410; the journal's
+#: LG430 too): the winner's checkpoints are stored, so a retry of the same run resumes
+#: from them.
 CHECKPOINT_RACE = "_lgd_checkpoint_race"
 _OF_RUN = " of run "
 
