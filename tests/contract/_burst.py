@@ -49,11 +49,15 @@ def _main() -> int:
     strategy = os.environ.get("LGD_STRATEGY", "reject")
     found: dict[str, tuple[int, str]] = {}
 
+    started: list[float] = []
+    finished: list[float] = []
+
     def wait_start() -> None:
         if start := os.environ.get("LGD_START"):
             Path(f"{start}.ready.{os.getpid()}").touch()
             while not Path(start).exists():
                 time.sleep(0.005)
+        started.append(time.monotonic())
 
     def text_of(run: str) -> str:
         return f"msg-{run}"
@@ -82,6 +86,7 @@ def _main() -> int:
                 w.start()
             for w in workers:
                 w.join()
+            finished.append(time.monotonic())
     else:
 
         async def main() -> None:
@@ -104,11 +109,14 @@ def _main() -> int:
 
                 await asyncio.to_thread(wait_start)
                 await asyncio.gather(*(one(r) for r in runs))
+                finished.append(time.monotonic())
 
         asyncio.run(main())
+    elapsed = finished[0] - started[0]
     for run in runs:
         code, out = found[run]
         print(f"{run} {code} {out}".replace("\n", " "), flush=True)
+    print(f"#elapsed {elapsed:.3f}", flush=True)
     return 0
 
 
@@ -128,7 +136,8 @@ def burst(
 ) -> tuple[dict[str, tuple[int, str]], float]:
     """``n`` runs started at once on ``thread`` in ``processes`` processes (their modes
     taken in turn from ``modes``); returns each run's (code, output or error) and the wall
-    time from the start signal to the last run's end."""
+    time from the start signal to the last run's end (measured in the workers, without
+    their start-up and exit)."""
     start = tmp / f"start-{thread}"
     procs = []
     env = {**os.environ, "LGD_STRATEGY": strategy, "LGD_START": str(start),
@@ -149,16 +158,18 @@ def burst(
     # Every process up and its pool open (each reads a warm-up thread first): the workers
     # poll for the start file every 5 ms.
     time.sleep(float(os.environ.get("LGD_BURST_SETTLE", "3")))
-    t0 = time.monotonic()
     start.touch()
     found: dict[str, tuple[int, str]] = {}
+    wall = 0.0
     for proc in procs:
         out, err = proc.communicate(timeout=600)
         assert proc.returncode == 0, err[-3000:]
         for line in out.splitlines():
+            if line.startswith("#elapsed "):
+                wall = max(wall, float(line.split()[1]))
+                continue
             run, code, text = line.split(" ", 2)
             found[run] = (int(code), text)
-    wall = time.monotonic() - t0
     assert len(found) == n, found
     print(f"burst {strategy} n={n} pool={pool} modes={modes}: {wall:.2f} s", file=sys.stderr)
     return found, wall
