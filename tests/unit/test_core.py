@@ -547,7 +547,7 @@ def test_busy_thread_is_refused_without_touching_the_lease() -> None:
 
 def test_a_refused_start_gives_the_admitted_lease_back() -> None:
     """Admitted, then the start checks refuse (same run id, another input): the lease is
-    handed back (lgd_unadmit_v3 with the holder it replaced) before the error."""
+    handed back (lgd_unadmit_v4 with the holder it replaced) before the error."""
     row = checkpoint_row("c1", metadata={"run_id": "r1", FINGERPRINT_KEY: "input:original"})
     db = (
         FakeDb()

@@ -474,7 +474,8 @@ SELECT NOT EXISTS (
 SELECT lgd_journal_unadmit_v1(%(thread_id)s, %(attempt)s)
 
 -- name: unadmit
-SELECT lgd_unadmit_v3(%(thread_id)s, %(attempt)s, %(run_id)s::text, %(holder_attempt)s::text,
+-- A refused start undoes its admission (migration 0024: and wakes the queue, as a release).
+SELECT lgd_unadmit_v4(%(thread_id)s, %(attempt)s, %(run_id)s::text, %(holder_attempt)s::text,
                       %(expires_at)s::timestamptz, %(ended)s::text, %(strategy)s::text,
                       %(outcome)s::text, %(acquired_at)s::timestamptz)
 
