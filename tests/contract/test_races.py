@@ -14,8 +14,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import operator
+import os
+import signal
+import subprocess
+import sys
 import threading
 import time
+from pathlib import Path
 from typing import Annotated, Any, TypedDict
 
 import psycopg
@@ -360,3 +365,45 @@ def test_of_two_attempts_of_one_run_at_once_exactly_one_finishes_it(db: str, jou
     with DeterministicSaver(db) as saver:
         seen = [tuple(sorted(twins(saver, f"twins-{journal}-{i}", journal))) for i in range(10)]
     assert ("ConcurrentRunError", "ok") in seen or all(s == ("ok", "ok") for s in seen)
+
+
+_LATE_RETRY = """
+import os, sys, time
+from tests.contract.test_races import build
+from langgraph_deterministic import DeterministicSaver, run_config
+db, thread, run, text, go = sys.argv[1:6]
+with DeterministicSaver(db) as saver:
+    graph = build().compile(checkpointer=saver)
+    graph.get_state({"configurable": {"thread_id": "warm"}})
+    open(go + ".ready", "w").close()
+    while not os.path.exists(go):
+        time.sleep(0.001)
+    graph.invoke({"steps": [text]}, run_config(thread, run))
+"""
+
+
+@pytest.mark.parametrize("ms", [0, 15])
+def test_a_killed_late_retry_of_a_finished_run_changes_nothing(
+    db: str, tmp_path: Path, ms: int
+) -> None:
+    """As the cancelled one, in a process SIGKILLed ``ms`` after it calls the graph
+    (scripts/contract_trials.py sweeps more delays)."""
+    thread = f"late-killed-{ms}"
+    with DeterministicSaver(db) as saver:
+        graph = build().compile(checkpointer=saver)
+        graph.invoke({"steps": ["in0"]}, run_config(thread, "r0"))
+        go = tmp_path / "go"
+        proc = subprocess.Popen(
+            [sys.executable, "-c", _LATE_RETRY, db, thread, "r0", "in0", str(go)],
+            stderr=subprocess.PIPE,
+        )
+        while not Path(f"{go}.ready").exists():
+            assert proc.poll() is None, proc.communicate()
+            time.sleep(0.01)
+        go.touch()
+        time.sleep(ms / 1000)
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(30)
+        assert _lease(db, thread) == ("r0", "ok")
+        out = graph.invoke({"steps": ["in1"]}, run_config(thread, "r1"))
+        assert out["steps"] == ["in0", "a", "b", "c", "in1", "a", "b", "c"]
