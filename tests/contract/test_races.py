@@ -407,3 +407,36 @@ def test_a_killed_late_retry_of_a_finished_run_changes_nothing(
         assert _lease(db, thread) == ("r0", "ok")
         out = graph.invoke({"steps": ["in1"]}, run_config(thread, "r1"))
         assert out["steps"] == ["in0", "a", "b", "c", "in1", "a", "b", "c"]
+
+
+# -- the listener that wakes enqueue waiters -----------------------------------------------
+
+
+def test_a_release_wakes_the_waiter_whose_ticket_it_names(db: str) -> None:
+    """A waiter is woken by the NOTIFY lgd_wake_queue_v4 sends, not by its pause running
+    out (which would take the 30 s given here); another ticket stays asleep."""
+    from langgraph_deterministic.checkpointer._core import queue_channel
+    from langgraph_deterministic.checkpointer._waiting import listener_for
+
+    listener = listener_for(db, {})
+    channel = queue_channel("wake-me")
+    woken: dict[int, bool] = {}
+
+    def wait(ticket: int, seconds: float) -> None:
+        woken[ticket] = listener.wait(channel, ticket, seconds)
+
+    first = threading.Thread(target=wait, args=(7, 30.0))
+    other = threading.Thread(target=wait, args=(8, 1.0))
+    first.start()
+    other.start()
+    assert listener.listening(10)
+    with psycopg.connect(db, autocommit=True) as conn:
+        # what a release of the thread's lease sends when ticket 7 is the first live one
+        # (again until it wakes: the waiter may register after the listener is up)
+        while first.is_alive():
+            conn.execute("SELECT pg_notify('lgd_queue', %s)", (f"{channel} 7",))
+            first.join(0.2)
+    first.join(30)
+    other.join(30)
+    listener.close()
+    assert woken == {7: True, 8: False}

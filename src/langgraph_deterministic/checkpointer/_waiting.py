@@ -85,20 +85,26 @@ class QueueListener:
                 if not wakes:
                     del self._waiters[key]
 
-    def wait(self, channel: str, ticket: int | None, seconds: float) -> None:
-        """Sleep up to ``seconds``, or until a release wakes ``ticket`` of ``channel``."""
+    def wait(self, channel: str, ticket: int | None, seconds: float) -> bool:
+        """Sleep up to ``seconds``, or until a release wakes ``ticket`` of ``channel``
+        (returns True then)."""
         event = threading.Event()
         key = (channel, ticket if ticket is not None else -1)
         if not self._register(key, event.set):
             time.sleep(seconds)
-            return
+            return False
         try:
-            self._ready.wait(min(seconds, _CONNECT_TIMEOUT))
-            event.wait(seconds)
+            deadline = time.monotonic() + seconds
+            self._ready.wait(min(seconds, _CONNECT_TIMEOUT))  # the listener's LISTEN
+            return event.wait(max(0.0, deadline - time.monotonic()))
         finally:
             self._unregister(key, event.set)
 
-    async def await_(self, channel: str, ticket: int | None, seconds: float) -> None:
+    def listening(self, timeout: float) -> bool:
+        """Whether the listener is up (LISTENing), waiting up to ``timeout`` for it."""
+        return self._ready.wait(timeout)
+
+    async def await_(self, channel: str, ticket: int | None, seconds: float) -> bool:
         """:meth:`wait` for a coroutine: the event loop is never blocked."""
         loop = asyncio.get_running_loop()
         woken = asyncio.Event()
@@ -109,11 +115,12 @@ class QueueListener:
         key = (channel, ticket if ticket is not None else -1)
         if not self._register(key, wake):
             await asyncio.sleep(seconds)
-            return
+            return False
         try:
             await asyncio.wait_for(woken.wait(), seconds)
+            return True
         except TimeoutError:
-            pass
+            return False
         finally:
             self._unregister(key, wake)
 
