@@ -30,7 +30,9 @@ import sys
 import tempfile
 import time
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from devtools.postgres import create_database, ensure_database_url
 from langgraph_deterministic import DeterministicSaver, run_config
@@ -222,32 +224,47 @@ def twins(db: str, tmp: Path, quick: bool) -> None:
                 for _ in range(2)
             ]
             seen: Counter[tuple[str, ...]] = Counter()
-            for i in range(pairs):
-                while len(list(tmp.glob(f"{prefix}-go-{i}.ready.*"))) < 2:
-                    assert all(p.poll() is None for p in procs), [p.communicate() for p in procs]
-                    time.sleep(0.005)
-                (tmp / f"{prefix}-go-{i}").touch()
-                while len(list(tmp.glob(f"{prefix}-done-{i}.[0-9]*[0-9]"))) < 2:
-                    assert all(p.poll() is None for p in procs), [p.communicate() for p in procs]
-                    time.sleep(0.005)
-                outcomes = tuple(
-                    sorted(f.read_text() for f in tmp.glob(f"{prefix}-done-{i}.[0-9]*[0-9]"))
-                )
-                assert "ok" in outcomes, (i, outcomes)
-                seen[outcomes] += 1
-                thread = f"{prefix}-{i}"
-                record = saver.get_run(thread, "r1")
-                assert record is not None and record.lease is not None
-                assert record.status == "running" and record.lease.ended == "ok", record
-                out = call({"steps": ["in2"]}, run_config(thread, "r2"))
-                tail = ["a", "b"] if journal else ["a", "b", "c"]
-                assert out["steps"] == ["in0", *tail, "in1", *tail, "in2", *tail], out  # type: ignore[index]
-                record = saver.get_run(thread, "r1")
-                assert record is not None and record.status == "done"
-            for p in procs:
-                p.wait(60)
+            try:
+                _twin_pairs(saver, procs, prefix, pairs, journal, tmp, seen, call)
+            finally:
+                for p in procs:
+                    if p.poll() is None:
+                        p.kill()
+                    p.wait(60)
         print(f"twins, 2 processes, journal={journal}: {pairs} pairs, outcomes {dict(seen)}",
               flush=True)  # fmt: skip
+
+
+def _twin_pairs(
+    saver: DeterministicSaver,
+    procs: list[subprocess.Popen[bytes]],
+    prefix: str,
+    pairs: int,
+    journal: bool,
+    tmp: Path,
+    seen: Counter[tuple[str, ...]],
+    call: Callable[..., Any],
+) -> None:
+    for i in range(pairs):
+        while len(list(tmp.glob(f"{prefix}-go-{i}.ready.*"))) < 2:
+            assert all(p.poll() is None for p in procs), [p.communicate() for p in procs]
+            time.sleep(0.005)
+        (tmp / f"{prefix}-go-{i}").touch()
+        while len(list(tmp.glob(f"{prefix}-done-{i}.[0-9]*[0-9]"))) < 2:
+            assert all(p.poll() is None for p in procs), [p.communicate() for p in procs]
+            time.sleep(0.005)
+        outcomes = tuple(sorted(f.read_text() for f in tmp.glob(f"{prefix}-done-{i}.[0-9]*[0-9]")))
+        assert "ok" in outcomes, (i, outcomes)
+        seen[outcomes] += 1
+        thread = f"{prefix}-{i}"
+        record = saver.get_run(thread, "r1")
+        assert record is not None and record.lease is not None
+        assert record.status == "running" and record.lease.ended == "ok", record
+        out = call({"steps": ["in2"]}, run_config(thread, "r2"))
+        tail = ["a", "b"] if journal else ["a", "b", "c"]
+        assert out["steps"] == ["in0", *tail, "in1", *tail, "in2", *tail], out  # type: ignore[index]
+        record = saver.get_run(thread, "r1")
+        assert record is not None and record.status == "done"
 
 
 def main() -> int:
