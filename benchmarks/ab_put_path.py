@@ -296,7 +296,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         return writes_first(op, pending) if pending else op
 
     def base_release(
-        held: Any, ended: str, *, lazy: bool = False, interrupted_at: str | None = None
+        held: Any,
+        ended: str,
+        *,
+        lazy: bool = False,
+        interrupted_at: str | None = None,
+        stored: bool = True,
     ) -> Any:
         # a base without lazy releases or interrupt marks (no graph here interrupts)
         return base.release_lease(held, ended)
@@ -314,10 +319,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         release_here = _core.release_lease
 
         def eager_release(
-            held: Any, ended: str, *, lazy: bool = False, interrupted_at: str | None = None
+            held: Any,
+            ended: str,
+            *,
+            lazy: bool = False,
+            interrupted_at: str | None = None,
+            stored: bool = True,
         ) -> Any:
             # every release waits for the WAL flush
-            return release_here(held, ended, interrupted_at=interrupted_at)
+            return release_here(held, ended, interrupted_at=interrupted_at, stored=stored)
 
         variants["eager release"] = {**here, "release_lease": eager_release}
     try:

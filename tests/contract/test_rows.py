@@ -508,7 +508,7 @@ def test_contract_adds_no_round_trip_to_writes_or_reads(db: str) -> None:
                         sqls = [st.sql for st in batch.statements]
                         writes = sum("INTO checkpoint_writes" in sql for sql in sqls)
                         stored.append(writes)
-                        if any("lgd_release_v3" in sql for sql in sqls):
+                        if any("lgd_release_v4" in sql for sql in sqls):
                             kind = "release"
                             # alone in its transaction: no wait for the WAL flush
                             assert writes or "synchronous_commit" in sqls[-1], sqls
@@ -572,7 +572,7 @@ def test_the_lease_costs_two_statements_and_one_round_trip_per_run(db: str) -> N
     """The thread lease's exact cost (issue 12): the same graph run with a lease
     (run_config) and without one (a hand-built config with the same run id: no recorder,
     so no lease, policy "warn") differ by exactly one round trip (the release when the call
-    returns) and two statements (lgd_admit_v3 in the head read's pipeline, the release);
+    returns) and two statements (lgd_admit_v4 in the head read's pipeline, the release);
     every superstep's batches are the same, statement for statement (the renewal rides
     inside lgd_put_checkpoint_v6, the lease check too for the pending writes riding in its
     transaction, inside their INSERT for the others)."""
@@ -614,8 +614,8 @@ def test_the_lease_costs_two_statements_and_one_round_trip_per_run(db: str) -> N
         )
     assert len(leased) == len(bare) + 1
     assert sum(map(len, leased)) == sum(map(len, bare)) + 2
-    assert leased[-1] == ["lgd_release_v3"]  # the one extra round trip, at the end
-    assert leased[0] == ["lgd_admit_v3", *bare[0]]  # the admission rides in the head read
+    assert leased[-1] == ["lgd_release_v4"]  # the one extra round trip, at the end
+    assert leased[0] == ["lgd_admit_v4", *bare[0]]  # the admission rides in the head read
     # Every superstep: the same batches (in the fan-out's order of completion).
     assert sorted(leased[1:-1]) == sorted(bare[1:])
 
