@@ -3,7 +3,8 @@ become. The plpgsql functions raise them with ``ERRCODE``; see docs/explanation/
 
 from __future__ import annotations
 
-from langgraph_deterministic.checkpointer._call import CallInfo
+from typing import TYPE_CHECKING
+
 from langgraph_deterministic.errors import (
     ConcurrentRunError,
     ConfigurationError,
@@ -11,6 +12,9 @@ from langgraph_deterministic.errors import (
     DeterministicError,
     RunSupersededError,
 )
+
+if TYPE_CHECKING:  # _call imports _recorder, which reads LOST_TO_RUN from here
+    from langgraph_deterministic.checkpointer._call import CallInfo
 
 # Raised by the arbitration functions (migration 0016's _v6 and their predecessors).
 #: The parent checkpoint's child slot is taken (another attempt continued it first).
