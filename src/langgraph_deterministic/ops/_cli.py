@@ -95,7 +95,8 @@ def add_parsers(sub: Any) -> None:
     r.add_argument("--apply", action="store_true", help="write the repairs")
     r.add_argument("--json", action="store_true", help="print a JSON report")
     r.add_argument("--thread", help="repair one thread only")
-    r.add_argument("--idle", type=_seconds, default=DEFAULT_IDLE)
+    r.add_argument("--idle", type=_seconds, default=DEFAULT_IDLE,
+                   help="seconds a thread with a step left must be quiet to count as stuck, as audit's")  # fmt: skip
 
 
 def run_audit(args: argparse.Namespace, dsn: str) -> int:
