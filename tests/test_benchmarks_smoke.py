@@ -156,7 +156,7 @@ def test_graph_benchmark_prints_ratios_cpu_and_round_trips(dsn: str, tmp_path: P
     assert all(float(vp) > 0 and float(vm) > 0 for _, _, vp, vm in ratio_rows), done.stdout
     cpu_rows = re.findall(r"^(\w+)\s+(direct|1ms)\s+[\d.]+\+[\d.n/a]+\s", done.stdout, re.M)
     assert sorted(cpu_rows) == expected, done.stdout
-    assert re.search(r"proxy adds [\d.]+ ms", done.stdout), done.stdout
+    assert re.search(r"proxy adds -?[\d.]+ ms", done.stdout), done.stdout  # measured: may be < 0 on a loaded machine
 
     report = json.loads(out_json.read_text())
     assert sorted((c["workload"], c["net"]) for c in report["cells"]) == expected
