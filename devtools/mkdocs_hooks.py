@@ -145,7 +145,8 @@ def cli_reference() -> str:
             extra = []
             if action.choices:
                 extra.append("one of " + ", ".join(f"`{c}`" for c in action.choices))
-            if action.default not in (None, False, argparse.SUPPRESS) and action.nargs != 0:
+            if (action.default not in (None, False, argparse.SUPPRESS) and action.nargs != 0
+                    and "default" not in text):  # fmt: skip
                 extra.append(f"default `{action.default}`")
             text = " ".join(text.split()).replace("%(default)s", str(action.default))
             cell = text + (f" ({'; '.join(extra)})" if extra else "")
