@@ -40,7 +40,7 @@ def run(env: RestateEnv, handler: str, body: dict[str, object]) -> tuple[float, 
     return wall, out
 
 
-def stress(n: int, only: list[str] | None = None) -> None:
+def stress(n: int, only: list[str] | None = None, regimes: str = "both") -> None:
     """Run each graph shape n times per regime; count 570 journal mismatches, hangs, side
     effects that finished more than once, and (without forced replay, where nothing ends
     an attempt early) invocations that needed more than one attempt: Restate retries a
@@ -58,7 +58,10 @@ def stress(n: int, only: list[str] | None = None) -> None:
             raise SystemExit(f"unknown shapes {unknown}; valid: {', '.join(shapes)}")
         shapes = [s for s in shapes if s in only]
     rows = []
+    chosen = {"both": (True, False), "forced": (True,), "plain": (False,)}[regimes]
     for regime, forced in (("forced replay", True), ("no forced replay", False)):
+        if forced not in chosen:
+            continue
         env = RestateEnv(ensure_binary(), forced_replay=forced).start()
         try:
             for shape in shapes:
@@ -138,9 +141,15 @@ def main() -> None:
         default="",
         help="with --stress: comma-separated subset of the graph shapes (default all)",
     )
+    ap.add_argument(
+        "--regimes",
+        choices=["both", "forced", "plain"],
+        default="both",
+        help="with --stress: with forced replay, without, or both (default)",
+    )
     args = ap.parse_args()
     if args.stress:
-        stress(args.stress, [s for s in args.shapes.split(",") if s] or None)
+        stress(args.stress, [s for s in args.shapes.split(",") if s] or None, args.regimes)
         return
 
     env = RestateEnv(ensure_binary(), forced_replay=args.forced_replay).start()
