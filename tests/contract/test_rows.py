@@ -569,7 +569,7 @@ def test_contract_adds_no_round_trip_to_writes_or_reads(db: str) -> None:
 
 
 def test_the_lease_costs_two_statements_and_one_round_trip_per_run(db: str) -> None:
-    """The thread lease's exact cost (issue 12): the same graph run with a lease
+    """The thread lease's exact cost: the same graph run with a lease
     (run_config) and without one (a hand-built config with the same run id: no recorder,
     so no lease, policy "warn") differ by exactly one round trip (the release when the call
     returns) and two statements (lgd_admit_v4 in the head read's pipeline, the release);

@@ -223,7 +223,7 @@ def _merged(statements: Sequence[Statement]) -> Iterator[tuple[Statement, Any]]:
 # garbage collector, not at once (close() closes its socket either way). Any cache of
 # the cursor makes that cycle (the cursor refers to its connection); a new cursor per
 # batch instead cost 0.8% more client instructions per graph run (54.55M vs 54.08M
-# Ir/run, bench_saver's graph, async, callgrind via profile_client.py).
+# Ir/run, bench_saver's graph, async, under callgrind).
 _WRITER = "_lgd_writer"
 
 

@@ -443,6 +443,7 @@ class DeterministicSaver(Lifecycle, Connections, BaseCheckpointSaver[str]):
         return self._run(_migrate.applied_versions())
 
     async def aapplied_migrations(self) -> set[int]:
+        """Async :meth:`applied_migrations`."""
         return await self._arun(_migrate.applied_versions())
 
     # -- the retry contract ------------------------------------------------------------

@@ -13,7 +13,7 @@ execution of the node (a node retried by its RetryPolicy starts counting again, 
 finds the ops its first execution stored).
 
 Per new op, one statement (the rule, with its proof obligations, is in
-docs/how-to/durable-ops-without-restate.md, "Round trips and the fence"):
+docs/explanation/architecture.md, "The journal's round trips and fence"):
 
 0. The run's admission (the saver's start of a graph run under ``run_config``) registers
    the attempt in the journal inside the statement it sends anyway
