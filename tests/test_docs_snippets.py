@@ -34,6 +34,8 @@ DOCS = ROOT / "docs"
 RUN_ELSEWHERE = {
     "how-to/adopting.md": "tests/test_docs_adopting.py",  # needs PgBouncer
     "how-to/migrations.md": "tests/test_docs_migrations.py",  # asserts the printed plan
+    "how-to/going-back.md": "tests/ops/test_docs_going_back.py",  # its CLI steps, then Python
+    "how-to/high-availability.md": "tests/test_docs_high_availability.py",  # a real failover
 }
 _BLOCK = re.compile(r"(<!-- not run: ([^>]*?) -->\s*\n)?```python\n(.*?)```", re.S)
 
