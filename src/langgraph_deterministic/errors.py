@@ -29,9 +29,12 @@ class ConfigurationError(DeterministicError, ValueError):
 
 
 class DatabaseUnavailableError(DeterministicError, ConnectionError):
-    """Postgres could not be reached with the connection info given. Fix: check the DSN
-    (host, port, credentials, database) and that the server is up; a retry succeeds once
-    it is reachable."""
+    """Postgres could not be reached or refused the login, no pooled connection came free
+    in time, the server took no writes (a standby), or it lost a write it had acknowledged
+    (a failover to a standby that had not received it). Nothing was written. Fix: check
+    the DSN (host, port, credentials, database; with a cluster, every host and
+    ``target_session_attrs=read-write``) and that the server is up; a retry with the same
+    run id succeeds once it is reachable."""
 
     retryable = True
 
