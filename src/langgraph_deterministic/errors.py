@@ -2,7 +2,7 @@
 
 Each message names what went wrong and how to fix it. An operation that raises one of
 these has written nothing: checks happen before, or inside the same transaction as, the
-write they guard.
+write they guard (a migration or an uninstall keeps the steps before the one that failed).
 
 Each class says whether retrying the same call can succeed (``retryable``): a transient
 error (the database was unreachable, another attempt held the thread or moved it first) is
