@@ -144,7 +144,7 @@ def cli_reference() -> str:
         if not summary:
             log.warning("cli: command %r has no help or description", name)
         out.append(f"{_rst(' '.join(summary.split()))}\n")
-        usage = sub.format_usage().strip().removeprefix("usage: ")
+        usage = sub.format_usage().strip()  # "usage: " kept: the lines below align to it
         out.append(f"```text\n{usage}\n```\n")
         rows = []
         for action in sub._actions:
