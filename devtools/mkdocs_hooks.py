@@ -7,6 +7,8 @@ code so they cannot drift, and checks that make ``mkdocs build --strict`` fail o
 * ``<!-- lgd:cli -->`` becomes the reference of every ``langgraph-deterministic`` command
   and option, read from the argparse parser ``cli.main`` builds. An option with no help
   text is a warning.
+* The Sphinx roles of docstrings (``:class:`~pkg.Name```), which mkdocstrings leaves as
+  they are, become plain code on the rendered page (``Name``).
 * Every ``::: module.Name`` of a page must have a docstring, and so must each public
   member mkdocstrings renders for it (what ``show_if_no_docstring`` would hide silently).
 * A link from a page to a repository file outside ``docs/`` (``../../examples/x.py``) must
@@ -37,6 +39,17 @@ def on_page_markdown(markdown: str, page: Any, config: Any, files: Any) -> str:
     for ident in re.findall(r"^::: ([\w.]+)", markdown, flags=re.M):
         _check_docstrings(ident)
     return _outside_links(markdown, page, config)
+
+
+# A Sphinx role as mkdocstrings renders it: :class:<code>~pkg.mod.Name</code>.
+_ROLE = re.compile(r":(?:class|meth|func|attr|data|mod|exc|obj):<code>(~?)([^<]+)</code>")
+
+
+def on_page_content(html: str, page: Any, config: Any, files: Any) -> str:
+    return _ROLE.sub(
+        lambda m: f"<code>{m.group(2).rsplit('.', 1)[-1] if m.group(1) else m.group(2)}</code>",
+        html,
+    )
 
 
 # -- errors ------------------------------------------------------------------------------
@@ -131,7 +144,7 @@ def cli_reference() -> str:
         if not summary:
             log.warning("cli: command %r has no help or description", name)
         out.append(f"{_rst(' '.join(summary.split()))}\n")
-        usage = sub.format_usage().strip().removeprefix("usage: ")
+        usage = sub.format_usage().strip()  # "usage: " kept: the lines below align to it
         out.append(f"```text\n{usage}\n```\n")
         rows = []
         for action in sub._actions:

