@@ -158,10 +158,22 @@ def zombie_outcome(dsn: str, thread: str, pid: int, timeout: float) -> str:
 # --------------------------------------------------------------------------- Temporal
 
 
+class _Address:
+    """A server somebody else runs (``--temporal`` / ``--redis``): not ours to stop."""
+
+    def __init__(self, address: str) -> None:
+        self.address = self.url = address
+
+    def stop(self) -> None:
+        pass
+
+
 class TemporalRig:
     def __init__(self, args: argparse.Namespace, dsn: str, env: dict[str, str]) -> None:
         self.args, self.dsn, self.env = args, dsn, env
-        self.server = TemporalDevServer().start()
+        self.server: Any = (
+            _Address(args.temporal) if args.temporal else TemporalDevServer().start()
+        )
         self.queue = f"trials-{uuid.uuid4().hex[:6]}"
         self.workers: list[subprocess.Popen[Any]] = []
         for _ in range(args.workers):
@@ -265,7 +277,7 @@ def disrupt(dsn: str, trial: Trial, args: argparse.Namespace, zombie_wait: float
 class CeleryRig:
     def __init__(self, args: argparse.Namespace, dsn: str, env: dict[str, str]) -> None:
         self.args, self.dsn = args, dsn
-        self.redis = RedisServer().start()
+        self.redis: Any = _Address(args.redis) if args.redis else RedisServer().start()
         self.env = {**env, "LGD_TRIAL_BROKER": self.redis.url,
                     "LGD_TRIAL_VISIBILITY": str(args.visibility)}  # fmt: skip
         os.environ.update(self.env)
@@ -282,7 +294,6 @@ class CeleryRig:
                  "--without-heartbeat"],
                 env=self.env, stdout=log, stderr=subprocess.STDOUT, cwd=REPO,
             ))  # fmt: skip
-        time.sleep(3)
 
     def stop(self) -> None:
         for w in self.workers:
@@ -357,14 +368,18 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=None)
     parser.add_argument("--logdir", type=Path, default=None)
     parser.add_argument("--keep", action="store_true", help="print the DSN at the end")
+    parser.add_argument("--point", choices=POINTS, default=None, help="kill here only")
+    parser.add_argument("--dsn", default=None, help="an empty database to use")
+    parser.add_argument("--temporal", default=None, help="a running Temporal server")
+    parser.add_argument("--redis", default=None, help="a running redis-server (URL)")
     args = parser.parse_args()
     seed = args.seed if args.seed is not None else random.randrange(1 << 30)
     random.seed(seed)
     args.logdir = args.logdir or Path(f"/tmp/lgd-trials-{args.orchestrator}-{seed}")
     args.logdir.mkdir(parents=True, exist_ok=True)
 
-    admin, server = ensure_database_url()
-    dsn = create_database(admin, prefix="lgd_trials")
+    admin, server = (args.dsn, None) if args.dsn else ensure_database_url()
+    dsn = args.dsn or create_database(admin, prefix="lgd_trials")
     with DeterministicSaver(dsn) as saver:
         saver.setup()
     _agent.setup_tables(dsn)
@@ -383,7 +398,7 @@ def main() -> None:
         with DeterministicSaver(dsn) as saver:
             rig.saver = saver
             for n, kind in enumerate(kinds):
-                point = {"kill": random.choice(POINTS), "zombie": random.choice(ZOMBIE_POINTS)}.get(
+                point = {"kill": args.point or random.choice(POINTS), "zombie": random.choice(ZOMBIE_POINTS)}.get(
                     kind, "tool:inside" if kind == "transient" else "-"
                 )
                 trial = Trial(kind, point, f"t{n}-{uuid.uuid4().hex[:6]}")

@@ -64,7 +64,10 @@ async def main(address: str, queue: str) -> None:
     client = await Client.connect(address)
     with concurrent.futures.ThreadPoolExecutor(8) as pool:
         worker = Worker(client, task_queue=queue, workflows=[ChatWorkflow],
-                        activities=[chat_turn, chat_turn_sync], activity_executor=pool)  # fmt: skip
+                        activities=[chat_turn, chat_turn_sync], activity_executor=pool,
+                        # no sticky workflow cache: a killed worker's workflows move on at
+                        # once instead of after the sticky queue's timeout
+                        max_cached_workflows=0)  # fmt: skip
         print("worker ready", flush=True)
         await worker.run()
 
