@@ -9,12 +9,14 @@ import asyncio
 import threading
 import time
 import uuid
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Any
 
 import psycopg
 import pytest
 from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
-from psycopg import Connection
+from psycopg import AsyncConnection, Connection
 from psycopg.rows import dict_row
 from psycopg_pool import AsyncConnectionPool, ConnectionPool
 from tests.conftest import make_database
@@ -28,6 +30,7 @@ from langgraph_deterministic import (
     SaverClosedError,
     run_config,
 )
+from langgraph_deterministic.checkpointer.saver import SyncCallOnLoopError
 
 from .dropin import run_async, run_sync
 from .graphs import build_graph, first_input
@@ -143,20 +146,63 @@ def test_bad_pool_options_are_refused(db: str, options: dict[str, Any]) -> None:
         DeterministicSaver(db, **options)
 
 
-async def test_awaited_sync_setup_is_refused_before_anything_runs(
-    pg_server_dsn: str,
+@asynccontextmanager
+async def _saver_over(source: str, dsn: str) -> AsyncIterator[DeterministicSaver]:
+    """A saver over each connection form users pass, opened inside a coroutine."""
+    if source == "dsn":
+        async with DeterministicSaver(dsn) as saver:
+            yield saver
+    elif source == "connection":
+        with Connection.connect(dsn, autocommit=True) as conn:
+            yield DeterministicSaver(conn)
+    elif source == "pool":
+        with ConnectionPool(dsn, kwargs={"autocommit": True}) as pool:
+            yield DeterministicSaver(pool)
+    elif source == "async connection":
+        async with await AsyncConnection.connect(dsn, autocommit=True) as aconn:
+            yield DeterministicSaver(aconn)
+    else:
+        async with AsyncConnectionPool(dsn, kwargs={"autocommit": True}) as apool:
+            yield DeterministicSaver(apool)
+
+
+@pytest.mark.parametrize("source", ["dsn", "connection", "pool"])
+async def test_sync_setup_on_the_event_loop_runs_awaited_or_not(
+    pg_server_dsn: str, source: str
+) -> None:
+    """AsyncPostgresSaver's users write `await saver.setup()`, PostgresSaver's users call
+    `saver.setup()` (also from a coroutine): over a connection with a sync side, both work."""
+    from devtools.postgres import create_database, database_name, drop_database
+
+    fresh = create_database(pg_server_dsn, prefix="lgd_awaited_setup")
+    try:
+        async with _saver_over(source, fresh) as saver:
+            applied = await saver.setup()  # type: ignore[misc]
+            assert applied
+            assert len(saver.applied_migrations()) == len(applied)
+            assert saver.setup() == []  # a plain call from a coroutine: nothing left to do
+            assert await saver.asetup() == []
+    finally:
+        drop_database(pg_server_dsn, database_name(fresh))
+
+
+@pytest.mark.parametrize("source", ["async connection", "async pool"])
+async def test_sync_setup_of_an_async_saver_on_its_loop_is_refused_before_anything_runs(
+    pg_server_dsn: str, source: str
 ) -> None:
     from devtools.postgres import create_database, database_name, drop_database
 
     fresh = create_database(pg_server_dsn, prefix="lgd_awaited_setup")
     try:
-        with DeterministicSaver(fresh) as saver:
-            with pytest.raises(ConfigurationError, match=r"await saver\.asetup\(\)"):
+        async with _saver_over(source, fresh) as saver:
+            with pytest.raises(SyncCallOnLoopError, match=r"await saver\.asetup\(\)"):
                 await saver.setup()  # type: ignore[misc]
-            assert saver.applied_migrations() == set()  # nothing ran
-            # A plain (not awaited) call from a coroutine is what the peer's sync saver
-            # allows: it still works.
-            assert saver.setup()
+            with pytest.raises(SyncCallOnLoopError, match=r"await saver\.asetup\(\)"):
+                saver.setup()
+            assert await saver.aapplied_migrations() == set()  # nothing ran
+            # From another thread while the loop runs, the sync method works.
+            assert await asyncio.to_thread(saver.setup)
+            assert await saver.asetup() == []
     finally:
         drop_database(pg_server_dsn, database_name(fresh))
 

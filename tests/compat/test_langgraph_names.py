@@ -48,6 +48,9 @@ def test_values_our_sql_and_stored_rows_depend_on() -> None:
     assert compat.INTERRUPT == "__interrupt__"
     assert compat.NULL_TASK_ID == "00000000-0000-0000-0000-000000000000"
     assert compat.NS_SEP == "|"
+    # Channels repair reads and closes in stored checkpoints (ops/repair.py).
+    assert compat.START == "__start__"
+    assert compat.branch_to() == "branch:to:"
     # Keys of the config LangGraph hands its saver and its runner.
     assert compat.CONFIG_KEY_RUNTIME == "__pregel_runtime"
     assert compat.CONFIG_KEY_RUNNER_SUBMIT == "__pregel_runner_submit"

@@ -19,6 +19,11 @@ What each name is for:
 * ``INTERRUPT`` (``__interrupt__``): the pending-write channel of an interrupt.
 * ``TASKS`` (``__pregel_tasks``): the channel of pending Sends (the fold of pre-v4
   checkpoints, repair).
+* ``START`` (``__start__``): the channel of a graph's input (repair closes its step).
+* :func:`branch_to` (``branch:to:``, from ``langgraph.graph.state._CHANNEL_BRANCH_TO``):
+  the prefix of the channel that triggers a node (repair closes the triggers left);
+  checked when first asked for, as importing ``langgraph.graph`` costs the package's
+  import time.
 * ``NS_SEP``: separator of checkpoint namespaces (the graph scope of a node).
 * ``DeltaSnapshot`` (``langgraph.checkpoint.serde.types._DeltaSnapshot``): a DeltaChannel
   value kept in a blob with an inline marker.
@@ -68,6 +73,7 @@ try:
     )
     from langgraph.checkpoint.serde.types import TASKS as _CHECKPOINT_TASKS
     from langgraph.checkpoint.serde.types import _DeltaSnapshot as DeltaSnapshot
+    from langgraph.constants import START
 except ImportError as exc:
     raise incompatible(f"lacks a name ({exc})") from exc
 
@@ -118,6 +124,18 @@ def check_runner_hooks() -> None:
         raise incompatible("has a SKIP_RERAISE_SET that is not a set")
 
 
+@cache
+def branch_to() -> str:
+    """The prefix of the channel that triggers a node: ``branch_to() + node``."""
+    try:
+        from langgraph.graph.state import _CHANNEL_BRANCH_TO
+    except ImportError as exc:
+        raise incompatible(f"lacks the trigger channel of a node ({exc})") from exc
+    if not (isinstance(_CHANNEL_BRANCH_TO, str) and _CHANNEL_BRANCH_TO.endswith("{}")):
+        raise incompatible(f"names a node's trigger channel {_CHANNEL_BRANCH_TO!r}")
+    return _CHANNEL_BRANCH_TO.removesuffix("{}")
+
+
 def skips_reraise(future: object) -> bool:
     """Whether LangGraph's executor would not re-raise ``future``'s error on exit (the
     futures of ``call()`` tasks, whose errors go to their parent task)."""
@@ -140,11 +158,13 @@ __all__ = [
     "NULL_TASK_ID",
     "PULL",
     "PUSH",
+    "START",
     "SUBMIT_KEYWORDS",
     "SUPPORTED_LANGGRAPH",
     "TASKS",
     "TASK_FIELDS",
     "DeltaSnapshot",
+    "branch_to",
     "check_runner_hooks",
     "incompatible",
     "skips_reraise",

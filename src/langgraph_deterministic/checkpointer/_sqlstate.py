@@ -3,18 +3,13 @@ become. The plpgsql functions raise them with ``ERRCODE``; see docs/explanation/
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
+from langgraph_deterministic.checkpointer._call import CallInfo
 from langgraph_deterministic.errors import (
     ConcurrentRunError,
     ConfigurationError,
     DeterministicError,
     RunSupersededError,
 )
-
-if TYPE_CHECKING:
-    from langgraph_deterministic.checkpointer.contract import CallInfo
-
 
 # Raised by the arbitration functions (migration 0016's _v6 and their predecessors).
 #: The parent checkpoint's child slot is taken (another attempt continued it first).

@@ -31,10 +31,11 @@ LangGraph's checkpoint format (whether a new run found the previous one finished
 :meth:`RunContract.guard_put`) is decided here and passed as a plain parameter.
 :func:`~._sqlstate.translate_guard_error` maps their SQLSTATEs to our errors.
 
-This module holds the decisions (:class:`RunContract`, :class:`CallInfo`); its parts live
-beside it: the config keys (``_keys``), run-id parsing (``_run_ids``), input fingerprints
-(``_fingerprint``), the input recorder callback (``_recorder``), the secrets filter
-(``_secrets``), the ledger rows (``_ledger``) and the SQLSTATEs (``_sqlstate``). The
+This module holds the decisions (:class:`RunContract`); its parts live beside it: what
+one call is (``_call``: :class:`CallInfo`), the config keys (``_keys``), run-id parsing
+(``_run_ids``), input fingerprints (``_fingerprint``), the input recorder callback
+(``_recorder``), the secrets filter (``_secrets``), the ledger rows (``_ledger``) and the
+SQLSTATEs (``_sqlstate``). The
 names below are re-exported here, the module's public path.
 """
 
@@ -58,6 +59,7 @@ from langgraph.checkpoint.base import (
 )
 
 from langgraph_deterministic._compat.langgraph import INTERRUPT, NULL_TASK_ID, TASKS
+from langgraph_deterministic.checkpointer._call import CallInfo
 from langgraph_deterministic.checkpointer._fingerprint import (
     fingerprint_kind,
     input_fingerprint,
@@ -113,38 +115,6 @@ logger = logging.getLogger("langgraph_deterministic")
 
 
 # --- what call is this? -------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class CallInfo:
-    """What the contract needs to know about one saver call, read from its config."""
-
-    thread_id: str
-    checkpoint_ns: str
-    run_id: str | None
-    #: the run id exactly as given (a ``uuid.UUID`` stays one), for LangGraph's own check
-    raw_run_id: Any
-    in_graph_run: bool
-    fingerprint: str | None
-    attempt: str | None
-    addressed: bool
-    #: whether the config carries the RunInputRecorder of run_config
-    recorded: bool = False
-    #: the top-level config["run_id"] (LangChain's tracing id) when it is the only run id
-    tracing_id: Any = None
-    #: the per-call multitask strategy (run_config(..., multitask_strategy=...))
-    strategy: MultitaskStrategy | None = None
-    #: the checkpoint this graph run branches from on purpose (see BRANCH_KEY)
-    branch_from: str | None = None
-    #: a subgraph write of a graph run that branches at its root (see BRANCHING)
-    inherited_branch: bool = False
-    recorder: RunInputRecorder | None = None
-    #: what a root graph run loaded (HEAD_KEY): read by guard_put
-    head: str | None = None
-
-    @property
-    def root(self) -> bool:
-        return self.checkpoint_ns == ""
 
 
 class RunContract:

@@ -4,22 +4,21 @@ The drivers (``_drivers``) only execute :class:`~._batch.Batch` objects on a con
 gives every concurrent call its own connection, with no saver-wide lock (the peer takes
 one lock per saver, which serialises all async work even with a pool); a single
 connection is shared under a lock, since one connection runs one transaction at a time.
+
+This module holds the public API and runs operations (``_run`` / ``_arun``); its parts
+live beside it: the connections and pools (``_connections``), entering and closing
+(``_lifecycle``), crossing between threads and event loops (``_bridge``) and the hooks of
+PostgresJournal (``_events``).
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import dis
-import enum
-import inspect
 import logging
 import threading
 import time
 import uuid
-import weakref
 from collections.abc import (
-    AsyncGenerator,
     AsyncIterator,
     Callable,
     Iterable,
@@ -27,19 +26,10 @@ from collections.abc import (
     Mapping,
     Sequence,
 )
-from contextlib import (
-    AbstractAsyncContextManager,
-    AbstractContextManager,
-    asynccontextmanager,
-    contextmanager,
-    suppress,
-)
-from contextvars import ContextVar
+from contextlib import AbstractAsyncContextManager, AbstractContextManager
 from functools import partial
-from types import TracebackType
 from typing import Any, Literal, TypeVar
 
-import psycopg
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import (
     WRITES_IDX_MAP,
@@ -53,9 +43,6 @@ from langgraph.checkpoint.base import (
 from langgraph.checkpoint.serde.base import SerializerProtocol, maybe_add_typed_methods
 from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 from psycopg import AsyncConnection, Connection
-from psycopg.conninfo import conninfo_to_dict
-from psycopg.rows import tuple_row
-from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
 from langgraph_deterministic._compat.langgraph import NULL_TASK_ID
 from langgraph_deterministic.checkpointer import _core, _migrate
@@ -69,10 +56,37 @@ from langgraph_deterministic.checkpointer._batch import (
     store,
     writes_first,
 )
+from langgraph_deterministic.checkpointer._bridge import (
+    AwaitableList,
+    SyncCallOnLoopError,
+    run_on_loop,
+    running_loop,
+    sync_on_loop_error,
+    wait_from_thread,
+    wait_shielded,
+)
+from langgraph_deterministic.checkpointer._connections import (
+    _TRANSLATED,
+    _UNSET,
+    Connections,
+    ConnectionSource,
+    _count_usage,
+    _require_autocommit,
+    _Unset,
+    _wait_unlocked,
+)
 from langgraph_deterministic.checkpointer._drivers import aexecute, execute
+from langgraph_deterministic.checkpointer._events import (
+    CHECKPOINT_EVENTS,
+    JOURNAL_ADMISSION,
+    _admitted,
+    _announce,
+    _found_id,
+    _held,
+)
 from langgraph_deterministic.checkpointer._leases import LeaseKeeper
+from langgraph_deterministic.checkpointer._lifecycle import Lifecycle
 from langgraph_deterministic.checkpointer._rows import Codec, next_version
-from langgraph_deterministic.checkpointer._translate import translate_error
 from langgraph_deterministic.checkpointer._writebuffer import Waiter, WriteBuffer, store_leftovers
 from langgraph_deterministic.checkpointer.contract import (
     DEFAULT_METADATA_KEYS,
@@ -83,91 +97,21 @@ from langgraph_deterministic.checkpointer.contract import (
     check_strategy,
     find_recorder,
 )
-from langgraph_deterministic.errors import ConfigurationError, SaverClosedError
-from langgraph_deterministic.pool import AsyncConnectionPool as AsyncNewestFirstPool
-from langgraph_deterministic.pool import ConnectionPool as NewestFirstPool
+from langgraph_deterministic.errors import ConfigurationError
 
 logger = logging.getLogger("langgraph_deterministic")
 
 T = TypeVar("T")
 RunIdPolicy = Literal["require", "warn", "off"]
-ConnectionSource = (
-    str | Connection[Any] | AsyncConnection[Any] | ConnectionPool[Any] | AsyncConnectionPool[Any]
-)
 
 # An operation that needs the session's client-side backend pid (see _setup).
 OnSession = Callable[[int], Operation[T]]
-
-# Connect timeout of a DSN saver's first connection when neither the DSN nor
-# connect_kwargs set one.
-_PROBE_TIMEOUT = 10
-
-
-#: Set by PostgresJournal's session (runner/_postgres.py) for one runner call: told of
-#: every checkpoint this saver loads ("load", the id found or None) and, before it is sent,
-#: of every one it writes ("put") in that call. A task running from a checkpoint its own
-#: attempt created then needs no claim before its first durable op.
-CHECKPOINT_EVENTS: ContextVar[Callable[[str, RunnableConfig, str | None], None] | None] = (
-    ContextVar("lgd_checkpoint_events", default=None)
-)
-
-
-#: Set by PostgresJournal's session for one runner call: ``(attempt, admitted)``. A graph
-#: run of that attempt this saver admits registers the attempt in the journal in the same
-#: statement (``lgd_journal_admit_v1``); ``admitted(saver, held, asked)`` hears of it, with
-#: ``held.fence_at`` and the local monotonic time the admission was sent (its answer is
-#: no older). The run's first op then needs no claim of its own.
-JOURNAL_ADMISSION: ContextVar[tuple[str, Callable[[Any, HeldLease, float], None]] | None] = (
-    ContextVar("lgd_journal_admission", default=None)
-)
-
-
-def _held(config: RunnableConfig) -> HeldLease | None:
-    recorder = find_recorder(config)
-    return None if recorder is None else recorder.held
-
-
-def _admitted(
-    saver: Any,
-    journal: tuple[str, Callable[[Any, HeldLease, float], None]],
-    config: RunnableConfig,
-    before: HeldLease | None,
-    asked: float,
-) -> None:
-    """Tell the journal's session of an admission this load made (not of an earlier one)."""
-    held = _held(config)
-    if held is None or held is before or held.fence_at is None or held.attempt != journal[0]:
-        return
-    journal[1](saver, held, asked)
-
-
-def _announce(kind: str, config: RunnableConfig, checkpoint_id: str | None) -> None:
-    listener = CHECKPOINT_EVENTS.get()
-    if listener is not None:
-        listener(kind, config, checkpoint_id)
-
-
-def _found_id(found: CheckpointTuple | None) -> str | None:
-    return None if found is None else str(found.config["configurable"]["checkpoint_id"])
-
-
-class _Unset(enum.Enum):
-    UNSET = enum.auto()
-
-
-_UNSET = _Unset.UNSET
 
 
 # --- the saver ----------------------------------------------------------------------
 
 
-class SyncCallOnLoopError(ConfigurationError, asyncio.InvalidStateError):
-    """A sync method over an async connection, called from its event loop. Also an
-    ``asyncio.InvalidStateError``, which AsyncPostgresSaver raises in that case."""
-
-
-
-class DeterministicSaver(BaseCheckpointSaver[str]):
+class DeterministicSaver(Lifecycle, Connections, BaseCheckpointSaver[str]):
     """A Postgres checkpointer for LangGraph, drop-in compatible with
     ``langgraph-checkpoint-postgres`` (same tables), with the sync and the async API.
 
@@ -260,71 +204,9 @@ class DeterministicSaver(BaseCheckpointSaver[str]):
             lambda: self.lease_ttl,
             writes.end if writes else _none,
         )
-        self._dsn: str | None = None
-        self._pool: ConnectionPool[Any] | None = None
-        self._apool: AsyncConnectionPool[Any] | None = None
-        self._apool_guard: AsyncGenerator[None, None] | None = None
-        self._apool_loop: asyncio.AbstractEventLoop | None = None
-        self._conn: Connection[Any] | None = None
-        self._aconn: AsyncConnection[Any] | None = None
-        self._owns_pools = False
-        self._closed = False
-        # A pool whose kwargs cannot tell (a configure callback, callable kwargs): check
-        # each connection it hands out (an attribute read, no round trip).
-        self._check_pool = False
-        self._lock = threading.Lock()  # guards a single shared Connection / pool creation
-        self._alock: asyncio.Lock | None = None  # guards a single shared AsyncConnection
-        self._loop: asyncio.AbstractEventLoop | None = None
-        pool_options = {
-            "pool_min_size": pool_min_size,
-            "pool_max_size": pool_max_size,
-            "connect_kwargs": connect_kwargs,
-        }
-        given = [k for k, v in pool_options.items() if v is not None]
-        if prepare_threshold is not _UNSET:
-            given.append("prepare_threshold")
-        if given and not isinstance(conn, str):
-            raise ConfigurationError(
-                f"{', '.join(given)} configure the pools a DSN saver creates; this saver was "
-                f"given a {type(conn).__name__}. Set them on it instead (for a pool: "
-                'kwargs={"autocommit": True, "prepare_threshold": ...}, min_size, max_size).'
-            )
-        if isinstance(conn, str):
-            self._dsn = conn
-            self._owns_pools = True
-            _check_dsn(conn)
-            self._pool_min_size = 1 if pool_min_size is None else pool_min_size
-            self._pool_max_size = 10 if pool_max_size is None else pool_max_size
-            if not 0 <= self._pool_min_size <= self._pool_max_size or self._pool_max_size < 1:
-                raise ConfigurationError(
-                    f"pool_min_size={self._pool_min_size} and pool_max_size="
-                    f"{self._pool_max_size} are not a valid pool size: need "
-                    "0 <= pool_min_size <= pool_max_size and pool_max_size >= 1."
-                )
-            self._connect_kwargs = _owned_connect_kwargs(connect_kwargs, prepare_threshold)
-        elif isinstance(conn, ConnectionPool):
-            self._check_pool = _require_pool_autocommit(conn)
-            self._pool = conn
-        elif isinstance(conn, AsyncConnectionPool):
-            self._check_pool = _require_pool_autocommit(conn)
-            self._apool = conn
-        elif isinstance(conn, Connection):
-            _require_autocommit(conn)
-            self._conn = conn
-        elif isinstance(conn, AsyncConnection):
-            _require_autocommit(conn)
-            self._aconn = conn
-        else:
-            raise ConfigurationError(
-                f"DeterministicSaver cannot use a {type(conn).__name__} as its connection. "
-                "Pass a DSN string, a psycopg (Async)Connection, or a psycopg_pool "
-                "(Async)ConnectionPool."
-            )
-        if not self._has_sync():
-            # The loop the sync API hands its calls to (as AsyncPostgresSaver), known
-            # before the first async call when the saver is built on it.
-            with suppress(RuntimeError):
-                self._loop = asyncio.get_running_loop()
+        self._init_connections(
+            conn, pool_min_size, pool_max_size, prepare_threshold, connect_kwargs
+        )
 
     @property
     def serde(self) -> SerializerProtocol:
@@ -375,119 +257,6 @@ class DeterministicSaver(BaseCheckpointSaver[str]):
             enqueue_timeout=enqueue_timeout,
             buffer_writes=buffer_writes,
         )
-
-    # -- connections ---------------------------------------------------------------
-
-    def _refuse_if_closed(self) -> None:
-        if self._closed:
-            raise SaverClosedError(
-                "This DeterministicSaver was closed (close()/aclose(), or its with-block "
-                "ended); it no longer has connections. Create a new saver, or keep using "
-                "it inside its with-block."
-            )
-
-    def _sync_pool(self) -> ConnectionPool[Any] | None:
-        self._refuse_if_closed()
-        if self._pool is None and self._dsn is not None:
-            with self._lock:
-                if self._pool is None:
-                    # Connect once directly first: a pool retries a refused connection
-                    # until its timeout and then reports only that it timed out.
-                    direct = _probe(self._dsn, self._connect_kwargs)
-                    pool: ConnectionPool[Any] = NewestFirstPool(
-                        self._dsn,
-                        min_size=self._pool_min_size,
-                        max_size=self._pool_max_size,
-                        kwargs=self._pool_kwargs(direct),
-                        open=False,
-                        name="langgraph-deterministic",
-                    )
-                    pool.open(wait=False)
-                    self._pool = pool
-        return self._pool
-
-    async def _async_pool(self) -> AsyncConnectionPool[Any] | None:
-        self._refuse_if_closed()
-        if self._apool is None and self._dsn is not None:
-            if self._alock is None:
-                self._alock = asyncio.Lock()
-            async with self._alock:
-                if self._apool is None:
-                    direct = await _aprobe(self._dsn, self._connect_kwargs)
-                    self._refuse_if_closed()
-                    opened: weakref.WeakSet[AsyncConnection[Any]] = weakref.WeakSet()
-
-                    async def track(conn: AsyncConnection[Any]) -> None:
-                        opened.add(conn)
-
-                    pool: AsyncConnectionPool[Any] = AsyncNewestFirstPool(
-                        self._dsn,
-                        min_size=self._pool_min_size,
-                        max_size=self._pool_max_size,
-                        kwargs=self._pool_kwargs(direct),
-                        configure=track,
-                        open=False,
-                        name="langgraph-deterministic-async",
-                    )
-                    await pool.open(wait=False)
-                    # Closed with its event loop: asyncio.run() finalises open async
-                    # generators before it closes the loop, so a saver used without
-                    # `async with` still leaves no pool workers or connections behind.
-                    guard = _close_with_loop(pool, opened, self._forget_async_pool)
-                    await anext(guard)
-                    self._apool, self._apool_guard = pool, guard
-                    self._apool_loop = asyncio.get_running_loop()
-        return self._apool
-
-    def _pool_kwargs(self, direct: bool) -> dict[str, Any]:
-        """Behind a pooler (found by the first connection), a DSN saver prepares nothing
-        unless told otherwise: PgBouncer before 1.21 in transaction mode cannot route a
-        prepared statement's EXECUTE to the session that prepared it."""
-        if direct or "prepare_threshold" in self._connect_kwargs:
-            return self._connect_kwargs
-        return {**self._connect_kwargs, "prepare_threshold": None}
-
-    def _forget_async_pool(self, pool: AsyncConnectionPool[Any]) -> None:
-        """Its event loop ended: a later loop gets a new pool."""
-        if self._apool is pool:
-            self._apool = self._apool_guard = self._apool_loop = None
-            self._alock = None  # an asyncio.Lock may be bound to the loop that ended
-
-    @contextmanager
-    def _connection(self) -> Iterator[Connection[Any]]:
-        self._refuse_if_closed()
-        if self._conn is not None:
-            with self._lock:
-                yield self._conn
-            return
-        pool = self._sync_pool()
-        assert pool is not None
-        with pool.connection() as conn:
-            if self._check_pool:
-                _require_autocommit(conn, pool=True)
-            yield conn
-
-    @asynccontextmanager
-    async def _aconnection(self) -> AsyncIterator[AsyncConnection[Any]]:
-        self._refuse_if_closed()
-        if self._aconn is not None:
-            if self._alock is None:
-                self._alock = asyncio.Lock()
-            async with self._alock:
-                yield self._aconn
-            return
-        pool = await self._async_pool()
-        assert pool is not None
-        async with pool.connection() as conn:
-            if self._check_pool:
-                _require_autocommit(conn, pool=True)
-            yield conn
-
-    def _has_sync(self) -> bool:
-        return self._conn is not None or self._pool is not None or self._dsn is not None
-
-    def _has_async(self) -> bool:
-        return self._aconn is not None or self._apool is not None or self._dsn is not None
 
     # -- running operations ----------------------------------------------------------
 
@@ -568,93 +337,7 @@ class DeterministicSaver(BaseCheckpointSaver[str]):
         return []
 
     def _run_on_loop(self, operation: Operation[T] | OnSession[T]) -> T:
-        """The sync API over an async connection: allowed from a thread other than the
-        event loop's (e.g. a sync node run by LangGraph's executor)."""
-        loop = self._loop
-        try:
-            running = asyncio.get_running_loop()
-        except RuntimeError:
-            running = None
-        if loop is None or running is loop or not loop.is_running():
-            raise SyncCallOnLoopError(
-                "This saver was given an async connection, so its sync methods work only "
-                "from another thread while its event loop runs. Use the async API "
-                "(graph.ainvoke/astream) or give the saver a DSN, a Connection or a "
-                "ConnectionPool."
-            )
-        return asyncio.run_coroutine_threadsafe(self._arun(operation), loop).result()
-
-    # -- lifecycle -------------------------------------------------------------------
-
-    def __enter__(self) -> DeterministicSaver:
-        self._refuse_if_closed()
-        if self._dsn is not None:
-            self._sync_pool()  # a wrong DSN fails here, with the server's own reason
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    async def __aenter__(self) -> DeterministicSaver:
-        self._refuse_if_closed()
-        if self._dsn is not None:
-            await self._async_pool()
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.aclose()
-
-    def close(self) -> None:
-        """Close the pools this saver created from a DSN (never a pool or connection you
-        passed in); the saver cannot be used afterwards. From inside a coroutine running
-        on the loop of the saver's async pool, use ``await saver.aclose()``."""
-        self._leases.close()
-        if self._writes is not None:
-            self._writes.close()
-        guard, loop = self._apool_guard, self._apool_loop
-        if guard is not None and loop is not None and not loop.is_closed():
-            try:
-                running: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
-            except RuntimeError:
-                running = None
-            if running is loop:
-                raise ConfigurationError(
-                    "close() cannot wait for the async pool from inside its own event loop; "
-                    "use `await saver.aclose()` (or `async with`)."
-                )
-            if loop.is_running():
-                asyncio.run_coroutine_threadsafe(guard.aclose(), loop).result()
-            else:
-                loop.run_until_complete(guard.aclose())
-        self._closed = True
-        self._apool = self._apool_guard = self._apool_loop = None
-        if self._owns_pools and self._pool is not None:
-            self._pool.close()
-            self._pool = None
-
-    async def aclose(self) -> None:
-        """Async :meth:`close`."""
-        self._closed = True
-        self._leases.close()
-        if self._writes is not None:
-            self._writes.close()
-        if self._owns_pools:
-            guard, loop = self._apool_guard, self._apool_loop
-            self._apool = self._apool_guard = self._apool_loop = None
-            if guard is not None:
-                if loop is asyncio.get_running_loop():
-                    await guard.aclose()
-                elif loop is not None and loop.is_running():
-                    closing = asyncio.run_coroutine_threadsafe(guard.aclose(), loop)
-                    await asyncio.wrap_future(closing)
-            if self._pool is not None:
-                await asyncio.to_thread(self._pool.close)
-                self._pool = None
+        return run_on_loop(self._loop, lambda: self._arun(operation))
 
     # -- schema ----------------------------------------------------------------------
 
@@ -678,11 +361,20 @@ class DeterministicSaver(BaseCheckpointSaver[str]):
         Through a connection pooler (PgBouncer, RDS Proxy, Supavisor...) it only checks
         that the schema is up to date, and refuses to migrate: run the migrations over a
         direct connection (see docs/how-to/adopting.md).
+
+        Called on an event loop's thread, it blocks the loop while it runs (use
+        ``await saver.asetup()``); its result may be awaited there, so the peer's
+        ``await saver.setup()`` works. A saver with only an async connection refuses it
+        there with ``SyncCallOnLoopError``, before anything runs.
         """
-        _refuse_from_coroutine("setup", "asetup")
-        return self._run(
+        on_loop = running_loop() is not None
+        if on_loop and not self._has_sync():
+            raise sync_on_loop_error("setup", "asetup")
+        applied = self._run(
             partial(self._migration, phase, lock_timeout, lock_retries, dry_run, progress)
         )
+        # On an event loop's thread, `await saver.setup()` (the peer's form) works too.
+        return AwaitableList(applied) if on_loop else applied
 
     async def asetup(
         self,
@@ -879,7 +571,7 @@ class DeterministicSaver(BaseCheckpointSaver[str]):
             if isinstance(waiter, threading.Event):
                 waiter.wait()
             else:  # an async run's store, on its loop: wait from here
-                asyncio.run_coroutine_threadsafe(_wait(waiter), waiter.get_loop()).result()
+                wait_from_thread(waiter)
             op, waiter = self._put_op(config, checkpoint, metadata, new_versions)
         return self._run(op)
 
@@ -965,7 +657,7 @@ class DeterministicSaver(BaseCheckpointSaver[str]):
             if isinstance(waiter, threading.Event):
                 await asyncio.to_thread(waiter.wait)
             else:
-                await _wait(waiter)
+                await wait_shielded(waiter)
             op, waiter = self._put_op(config, checkpoint, metadata, new_versions)
         return await self._arun(op)
 
@@ -1044,233 +736,15 @@ def _none(attempt: str) -> list[Statement]:
     return []
 
 
-async def _wait(waiter: asyncio.Future[None]) -> None:
-    await asyncio.shield(waiter)  # a cancelled put must not cancel the store it waits for
 
-
-def _check_dsn(dsn: str) -> None:
-    try:
-        psycopg.conninfo.conninfo_to_dict(dsn)
-    except psycopg.ProgrammingError as exc:
-        raise ConfigurationError(
-            f"The connection string is not valid: {exc}. Pass a libpq URI such as "
-            "'postgresql://user:password@host:5432/dbname' or a 'key=value' string."
-        ) from exc
-
-
-_AUTOCOMMIT_WHY = (
-    "it opens its own transactions, and a read left idle in a transaction would hold "
-    "locks (and a failed statement would poison the connection for the next caller)."
-)
-
-
-class _Translated:
-    """Re-raises a driver error as the library's own (``translate_error``), caused by it;
-    anything else passes. One instance serves every call, sync and async (it keeps no
-    state), so the hot path pays a with-statement, not a generator."""
-
-    __slots__ = ()
-
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(
-        self, kind: type[BaseException] | None, exc: BaseException | None, tb: object
-    ) -> None:
-        if isinstance(exc, Exception):
-            translated = translate_error(exc)
-            if translated is not exc:
-                raise translated from exc
-
-
-_TRANSLATED = _Translated()
-
-
-def _count_usage(pool: ConnectionPool[Any] | AsyncConnectionPool[Any], t0: float) -> None:
-    """Add a checkout's time to the pool's ``usage_ms`` statistic, as its ``connection()``
-    does (whole milliseconds per checkout, the putconn included). psycopg_pool keeps its
-    counters in private names: where they are not there, nothing is counted."""
-    stats = getattr(pool, "_stats", None)
-    key = getattr(pool, "_USAGE_MS", None)
-    if stats is not None and key is not None:
-        stats[key] += int(1000.0 * (time.monotonic() - t0))
-
-
-def _require_autocommit(conn: Connection[Any] | AsyncConnection[Any], pool: bool = False) -> None:
-    if conn.autocommit:
-        return
-    if pool:
-        raise ConfigurationError(
-            "DeterministicSaver needs the pool's connections in autocommit mode; this pool "
-            f"handed out one that is not: {_AUTOCOMMIT_WHY} Create the pool with "
-            'kwargs={"autocommit": True} (or set conn.autocommit = True in its configure '
-            "callback)."
-        )
-    raise ConfigurationError(
-        f"DeterministicSaver needs its connection in autocommit mode: {_AUTOCOMMIT_WHY} "
-        "Connect with psycopg.connect(dsn, autocommit=True) (or pass a pool or a DSN)."
-    )
-
-
-def _require_pool_autocommit(pool: ConnectionPool[Any] | AsyncConnectionPool[Any]) -> bool:
-    """Refuse a pool whose kwargs say its connections are not in autocommit mode. Returns
-    True when the kwargs cannot tell (a configure callback may set it, or kwargs is a
-    callable): then each connection is checked as it is handed out."""
-    kwargs = pool.kwargs
-    if callable(kwargs):
-        return True
-    if kwargs and "autocommit" in kwargs:
-        declared = bool(kwargs["autocommit"])
-    elif getattr(pool, "_configure", None) is not None:
-        return True
-    else:
-        declared = False
-    if not declared:
-        raise ConfigurationError(
-            "DeterministicSaver needs the pool's connections in autocommit mode: "
-            f"{_AUTOCOMMIT_WHY} Create the pool with "
-            'kwargs={"autocommit": True, "prepare_threshold": 0} (LangGraph\'s documented '
-            "settings; row_factory may be anything)."
-        )
-    return False
-
-
-def _owned_connect_kwargs(
-    connect_kwargs: Mapping[str, Any] | None, prepare_threshold: int | _Unset | None
-) -> dict[str, Any]:
-    """Connection keywords of the pools a DSN saver owns. Autocommit, so a read is one
-    round trip (no BEGIN/COMMIT around it); prepare_threshold=None prepares nothing
-    server-side, as PgBouncer in transaction mode needs."""
-    kwargs = dict(connect_kwargs or {})
-    if kwargs.get("autocommit", True) is not True:
-        raise ConfigurationError(
-            f"DeterministicSaver needs autocommit connections: {_AUTOCOMMIT_WHY} Remove "
-            "autocommit from connect_kwargs."
-        )
-    kwargs["autocommit"] = True
-    if prepare_threshold is not _UNSET:
-        if kwargs.get("prepare_threshold", prepare_threshold) != prepare_threshold:
-            raise ConfigurationError(
-                f"prepare_threshold={prepare_threshold!r} and connect_kwargs"
-                f"['prepare_threshold']={kwargs['prepare_threshold']!r} disagree; pass one."
-            )
-        kwargs["prepare_threshold"] = prepare_threshold
-    return kwargs
-
-
-def _probe_kwargs(dsn: str, kwargs: Mapping[str, Any]) -> dict[str, Any]:
-    probe = dict(kwargs)
-    if "connect_timeout" not in probe and "connect_timeout" not in conninfo_to_dict(dsn):
-        probe["connect_timeout"] = _PROBE_TIMEOUT
-    return probe
-
-
-def _probe(dsn: str, kwargs: Mapping[str, Any]) -> bool:
-    """Connect once, directly: a pool would retry a refused connection until its
-    timeout and then report only that it timed out. Returns whether the connection
-    reaches Postgres without a pooler in between."""
-    try:
-        with psycopg.connect(dsn, **_probe_kwargs(dsn, kwargs)) as conn:
-            cur = conn.cursor(row_factory=tuple_row)
-            row = cur.execute(_migrate.BACKEND_PID_SQL, prepare=False).fetchone()
-            return row is not None and row[0] == conn.info.backend_pid
-    except psycopg.Error as exc:
-        raise translate_error(exc) from exc
-
-
-async def _aprobe(dsn: str, kwargs: Mapping[str, Any]) -> bool:
-    try:
-        async with await AsyncConnection.connect(dsn, **_probe_kwargs(dsn, kwargs)) as conn:
-            cur = conn.cursor(row_factory=tuple_row)
-            await cur.execute(_migrate.BACKEND_PID_SQL, prepare=False)
-            row = await cur.fetchone()
-            return row is not None and row[0] == conn.info.backend_pid
-    except psycopg.Error as exc:
-        raise translate_error(exc) from exc
-
-
-async def _close_with_loop(
-    pool: AsyncConnectionPool[Any],
-    opened: weakref.WeakSet[AsyncConnection[Any]],
-    forget: Callable[[AsyncConnectionPool[Any]], None],
-) -> AsyncGenerator[None, None]:
-    """Suspended for the pool's lifetime; finalised by aclose(), or by the event loop's
-    shutdown_asyncgens() (asyncio.run calls it) when the saver was never closed."""
-    closer = asyncio.ensure_future(_close_when_cancelled(pool, opened))
-    try:
-        yield
-    finally:
-        forget(pool)
-        await _close_pool(pool, opened)
-        closer.cancel()  # closed already: its close is a no-op
-
-
-async def _close_pool(
-    pool: AsyncConnectionPool[Any], opened: weakref.WeakSet[AsyncConnection[Any]]
-) -> None:
-    # Cancelled: the loop is shutting down (asyncio.run cancelled the pool's workers), so
-    # the pool gave up before closing its connections. Nothing runs on this loop any
-    # more: close them here.
-    with contextlib.suppress(asyncio.CancelledError):
-        await pool.close()
-    for conn in list(opened):
-        if not conn.closed:
-            await conn.close()
-
-
-async def _close_when_cancelled(
-    pool: AsyncConnectionPool[Any], opened: weakref.WeakSet[AsyncConnection[Any]]
-) -> None:
-    """Close the pool when asyncio.run cancels every task at the loop's end, before it
-    waits for them. psycopg_pool's workers catch CancelledError around a maintenance task
-    (a connection being opened, say) and go back to waiting on their queue: cancelled
-    then, one never ends and asyncio.run hangs. Closing the pool sends each worker its
-    stop; the async generator above runs only later (shutdown_asyncgens)."""
-    try:
-        await asyncio.Event().wait()
-    except asyncio.CancelledError:
-        await _close_pool(pool, opened)
-        raise
-
-
-async def _wait_unlocked(lock: asyncio.Lock, seconds: float) -> None:
-    """Sleep with ``lock`` given up, and hold it again on return, also when cancelled
-    (asyncio.Condition.wait's rule: the cancellation is raised once the lock is held)."""
-    lock.release()
-    try:
-        await asyncio.sleep(seconds)
-    finally:
-        cancelled = False
-        while True:
-            try:
-                await lock.acquire()
-                break
-            except asyncio.CancelledError:
-                cancelled = True
-        if cancelled:
-            raise asyncio.CancelledError
-
-
-def _refuse_from_coroutine(name: str, async_name: str) -> None:
-    """Refuse ``await saver.<name>()`` before anything runs: the sync method would block
-    the event loop, then fail on awaiting its result. A plain call from a coroutine (as
-    the peer's sync saver allows) goes on; only an awaited one is refused."""
-    frame = inspect.currentframe()
-    caller = frame.f_back.f_back if frame is not None and frame.f_back is not None else None
-    flags = inspect.CO_COROUTINE | inspect.CO_ASYNC_GENERATOR | inspect.CO_ITERABLE_COROUTINE
-    if caller is None or not caller.f_code.co_flags & flags:
-        return
-    # f_lasti is the call being made (3.11: its last inline cache entry); the instruction
-    # after it is what the caller does with the result.
-    following = next(
-        (ins for ins in dis.get_instructions(caller.f_code) if ins.offset > caller.f_lasti), None
-    )
-    if following is not None and following.opname == "GET_AWAITABLE":
-        raise ConfigurationError(
-            f"`await saver.{name}()`: {name}() is the sync method. Use "
-            f"`await saver.{async_name}()` in async code. Nothing was run."
-        )
-
+__all__ = [
+    "CHECKPOINT_EVENTS",
+    "JOURNAL_ADMISSION",
+    "ConnectionSource",
+    "DeterministicSaver",
+    "RunIdPolicy",
+    "SyncCallOnLoopError",
+]
 
 AbstractContextManager.register(DeterministicSaver)
 AbstractAsyncContextManager.register(DeterministicSaver)

@@ -51,6 +51,7 @@ from langgraph.checkpoint.base.id import uuid6
 from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 from psycopg.types.json import Jsonb
 
+from langgraph_deterministic._compat.langgraph import START, TASKS, branch_to
 from langgraph_deterministic.checkpointer._queries import queries as saver_queries
 from langgraph_deterministic.errors import (
     DatabaseUnavailableError,
@@ -240,16 +241,16 @@ def _repair_thread(
 
     # no step left: every trigger consumed, as if the step had run
     closed = []
-    for key in [k for k in values if k.startswith("branch:to:")]:
+    for key in [k for k in values if k.startswith(branch_to())]:
         del values[key]
-        node = key.removeprefix("branch:to:")
+        node = key.removeprefix(branch_to())
         vs.setdefault(node, {})[key] = cv[key]
         closed.append(node)
-    if "__start__" in cv:
-        vs.setdefault("__start__", {})["__start__"] = cv["__start__"]
-    if "__pregel_tasks" in cv:
-        cv["__pregel_tasks"] = version
-        new_blobs.append({"channel": "__pregel_tasks", "type": "empty", "blob": None})
+    if START in cv:
+        vs.setdefault(START, {})[START] = cv[START]
+    if TASKS in cv:
+        cv[TASKS] = version
+        new_blobs.append({"channel": TASKS, "type": "empty", "blob": None})
     if closed or head.pending:
         plan.actions.append(
             "close the unfinished step" + (f" ({', '.join(sorted(closed))})" if closed else "")
