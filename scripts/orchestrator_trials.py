@@ -72,6 +72,7 @@ class Trial:
     psycopg_errors: int = 0
     outcomes: list[str] = field(default_factory=list)
     zombie: str = ""
+    winners: int = 0  # processes that got past turn 1's tool step (continued its checkpoint)
     note: str = ""
     seconds: float = 0.0
 
@@ -121,16 +122,20 @@ def check(dsn: str, saver: DeterministicSaver, trial: Trial, texts: list[str]) -
     # thawed inside it) is the at-least-once window, with the same idempotency key.
     returned: set[str] = set()
     started: dict[tuple[int, str], bool] = {}
+    winners: set[int] = set()
     for what, detail, pid in events:
         call = (detail or "").split(" ")[0]
         if what == "tool:after":
             returned.add(call)
         elif what == "tool:before":
             started[(pid, call)] = call in returned
+        elif what == "model2" and call == "call-1":
+            winners.add(pid)
         elif what == "effect":
             trial.effects += 1
             if started.get((pid, call), call in returned):
                 trial.reexecuted += 1
+    trial.winners = len(winners)
     outs = q(dsn, "SELECT outcome, module, pid FROM trial_outcomes WHERE thread_id = %s "
              "ORDER BY seq", trial.thread_id)  # fmt: skip
     trial.outcomes = [o for o, _, _ in outs]
@@ -428,6 +433,8 @@ def main() -> None:
         "reexecuted_finished_effects": sum(t.reexecuted for t in trials),
         "side_effects_per_thread": dict(collections.Counter(t.effects for t in trials)),
         "psycopg_errors": sum(t.psycopg_errors for t in trials),
+        "duplicate_winners": dict(collections.Counter(
+            t.winners for t in trials if t.kind == "duplicate")),
         "zombie_outcomes": dict(collections.Counter(t.zombie for t in trials if t.zombie)),
         "attempt_outcomes": dict(collections.Counter(o for t in trials for o in t.outcomes)),
         "logs": str(args.logdir),

@@ -150,7 +150,10 @@ def build(checkpointer: Any, *, journaled: bool | None = None) -> Any:
     def model(state: State, config: RunnableConfig) -> dict[str, Any]:
         thread_id = config["configurable"]["thread_id"]
         last = state["messages"][-1]
-        checkpoint(thread_id, "model2" if isinstance(last, ToolMessage) else "model")
+        if isinstance(last, ToolMessage):  # right after the tool step's checkpoint
+            checkpoint(thread_id, "model2", last.tool_call_id)
+        else:
+            checkpoint(thread_id, "model")
         return {"messages": [strict_model(state["messages"])]}
 
     def tools(state: State, config: RunnableConfig) -> dict[str, Any]:
