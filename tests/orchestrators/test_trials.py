@@ -1,7 +1,8 @@
 """A few of scripts/orchestrator_trials.py's trials, on the session's real servers: worker
 processes SIGKILLed mid-turn, frozen past their timeouts and thawed, one message
 delivered twice at once. The full runs (dozens of trials each) are the script's; their
-figures are in docs/how-to/temporal.md and celery.md."""
+figures are in docs/how-to/temporal.md and celery.md. (A pool process SIGKILLed after a
+journaled refund is examples/celery_agent.py's first part, run by test_examples.py.)"""
 
 from __future__ import annotations
 
@@ -45,14 +46,6 @@ def test_temporal_worker_killed_after_a_journaled_refund(
     summary = trials(pg_server_dsn, tmp_path, "temporal", "--temporal", temporal_server.address,
                      "--journal", "--kills", "1", "--point", "tool:after", "--zombies", "0",
                      "--transient", "0")  # fmt: skip
-    assert_clean(summary)
-
-
-def test_celery_pool_process_killed_mid_turn(
-    pg_server_dsn: str, redis_server: RedisServer, tmp_path: Path
-) -> None:
-    summary = trials(pg_server_dsn, tmp_path, "celery", "--redis", redis_server.url,
-                     "--journal", "--kills", "1", "--zombies", "0", "--transient", "0")  # fmt: skip
     assert_clean(summary)
 
 
