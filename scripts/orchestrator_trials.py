@@ -435,6 +435,10 @@ def main() -> None:
         "reexecuted_finished_effects": sum(t.reexecuted for t in trials),
         "side_effects_per_thread": dict(collections.Counter(t.effects for t in trials)),
         "psycopg_errors": sum(t.psycopg_errors for t in trials),
+        # the two deliveries' first attempts: "ok+ConcurrentRunError" (one won at once) or
+        # both refused (the run finished on a retry)
+        "duplicate_first_round": dict(collections.Counter(
+            "+".join(sorted(t.outcomes[:2])) for t in trials if t.kind == "duplicate")),
         "duplicate_winners": dict(collections.Counter(
             t.winners for t in trials if t.kind == "duplicate")),
         "zombie_outcomes": dict(collections.Counter(t.zombie for t in trials if t.zombie)),
