@@ -304,7 +304,7 @@ class CeleryRig:
 
     def stop(self) -> None:
         for w in self.workers:
-            w.terminate()
+            w.send_signal(signal.SIGQUIT)  # cold shutdown: no waiting for retries due later
         for w in self.workers:
             try:
                 w.wait(15)

@@ -179,11 +179,7 @@ def _http_503() -> Exception:
 @pytest.mark.parametrize(
     "transient",
     [
-        pytest.param(
-            lambda: TimeoutError("read timed out"), id="TimeoutError",
-            marks=pytest.mark.xfail(strict=False, reason="the journal's default rule stores a "
-                                    "builtin TimeoutError as terminal until the saver's fix lands"),
-        ),
+        pytest.param(lambda: TimeoutError("read timed out"), id="TimeoutError"),
         pytest.param(lambda: ConnectionResetError("reset by peer"), id="ConnectionResetError"),
         pytest.param(_http_503, id="HTTP-503"),
     ],
