@@ -93,11 +93,12 @@ def test_exit_code_2_on_usage_and_connection_errors(
 ) -> None:
     monkeypatch.delenv("DATABASE_URL", raising=False)
     assert main(["migrate"]) == 2
-    assert "pass --dsn or set DATABASE_URL" in capsys.readouterr().err
+    assert "migrate needs a database. Fix: pass --dsn" in capsys.readouterr().err
     assert main(["migrate", "--phase", "sideways", "--dsn", "x"]) == 2
     assert main([]) == 2
     assert main(["status", "--dsn", "postgresql://nobody@127.0.0.1:1/none"]) == 2
-    assert "Could not reach Postgres" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "cannot connect to Postgres at" in err and "(from --dsn)" in err
     assert main(["migrate", "--dsn", "not a dsn ==="]) == 2
 
 

@@ -93,7 +93,7 @@ def test_every_synopsis_runs_with_the_exit_codes_the_page_gives(
 ) -> None:
     dsn, expected = planted
     synopses = _synopses()
-    assert set(synopses) == {"audit", "repair", "migrate"}
+    assert set(synopses) == {"audit", "repair", "migrate", "uninstall"}
     fork = next(t for t, e in expected.items() if "forked_history" in e)
     values = {"DSN": dsn, "ID": fork, "TIME": "2026-10-01T00:00"}  # before every head
 
@@ -140,6 +140,19 @@ def test_every_synopsis_runs_with_the_exit_codes_the_page_gives(
     )
     assert main(["audit"]) == 0  # the backups (damaged copies) are skipped, as the page says
     assert main(["repair"]) == 0  # nothing left to repair
+
+    # uninstall: the dry run prints the statements and changes nothing; then it removes
+    # our tables, and the database is PostgresSaver's again (audit still reads it)
+    (uninstall_line,) = _expand(synopses["uninstall"], values)
+    capsys.readouterr()
+    assert main(["uninstall", *uninstall_line]) == 0
+    assert "DROP TABLE IF EXISTS" in capsys.readouterr().out
+    with psycopg.connect(dsn) as conn:
+        assert conn.execute("SELECT to_regclass('lgd_repairs') IS NOT NULL").fetchone() == (True,)
+    assert main(["uninstall"]) == 0
+    with psycopg.connect(dsn) as conn:
+        assert conn.execute("SELECT to_regclass('lgd_repairs')").fetchone() == (None,)
+    assert main(["audit"]) == 0
 
 
 def test_audit_exit_code_two_on_connection_and_usage_errors() -> None:
@@ -208,8 +221,10 @@ def test_quoted_defaults_are_the_cli_defaults(capsys: pytest.CaptureFixture[str]
     assert AUTO_DUTY == 0.25 and "three times as long as the range took" in flat
     assert "at most a quarter of the time" in flat
     assert f"`--duty SHARE` (default {AUTO_DUTY:g})" in flat
+    assert "By default (`--priority normal`) the audit leaves the scheduling" in flat
     assert main(["audit", "--help"]) == 0
     help_text = " ".join(capsys.readouterr().out.split())
     assert f"(default {STATEMENT_TIMEOUT_MS})" in help_text
     assert f"(default {AUTO_DUTY:g};" in help_text
     assert f"(default {int(DEFAULT_IDLE.total_seconds())})" in help_text
+    assert "normal (default): leave every process's scheduling as it is" in help_text

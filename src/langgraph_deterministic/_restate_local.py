@@ -93,6 +93,91 @@ def how_to_get_restate_server() -> str:
     )
 
 
+# -- every piece `demo --restate` needs, named at once -------------------------------------
+
+# the restate extra's distributions, and the module each provides
+_EXTRA_MODULES = {"restate-sdk": "restate", "hypercorn": "hypercorn"}
+_EXTRA_FALLBACK = ("restate-sdk[serde]>=1.3,<1.4", "hypercorn>=0.17")
+
+
+def restate_extra() -> list[str]:
+    """The requirements of this package's ``restate`` extra, as its metadata states them."""
+    from importlib import metadata
+
+    try:
+        requires = metadata.requires("langgraph-deterministic") or []
+    except metadata.PackageNotFoundError:
+        return list(_EXTRA_FALLBACK)
+    found = []
+    for req in requires:
+        spec, _, marker = req.partition(";")
+        if "extra" in marker and "restate" in marker.split("==")[-1]:
+            found.append(spec.strip())
+    return found or list(_EXTRA_FALLBACK)
+
+
+def _requirement_name(spec: str) -> str:
+    return spec.split("[")[0].split(">")[0].split("<")[0].split("=")[0].strip().lower()
+
+
+def missing_demo_pieces() -> str | None:
+    """None when ``demo --restate`` has all it needs; else one message naming every missing
+    piece and one command that gets them all."""
+    import importlib.util
+    import shlex
+
+    pieces: list[str] = []
+    commands: list[str] = []
+    try:
+        locate_restate_server()
+        server_missing = False
+    except RestateServerNotFoundError:
+        if os.environ.get("RESTATE_SERVER"):
+            raise  # the user pointed at something that is not a binary: that message
+        server_missing = True
+    missing = [
+        spec
+        for spec in restate_extra()
+        if (module := _EXTRA_MODULES.get(_requirement_name(spec))) is not None
+        and importlib.util.find_spec(module) is None
+    ]
+    python = shlex.quote(sys.executable)
+    if missing:
+        pieces.append(
+            "the Python package(s) of the restate extra not installed in "
+            f"{sys.executable}: {', '.join(missing)}"
+        )
+        commands.append(f"{python} -m pip install {' '.join(shlex.quote(m) for m in missing)}")
+    if server_missing:
+        pieces.append(
+            "restate-server not found (looked at $RESTATE_SERVER, PATH and "
+            f"{', '.join(str(d) for d in cache_dirs()[:2])} and the working directory's "
+            "parents)"
+        )
+        commands.append(
+            f"npm install --prefix .cache/restate-server @restatedev/restate-server@{RESTATE_VERSION}"
+        )
+    if not pieces:
+        return None
+    commands.append(f"{python} -m langgraph_deterministic demo --restate")
+    npm_note = ""
+    if server_missing and shutil.which("npm") is None:
+        npm_note = (
+            " npm is not on PATH either: install Node.js (it brings npm), or instead of the "
+            "npm step put a restate-server binary (https://github.com/restatedev/restate/"
+            "releases) on PATH or in $RESTATE_SERVER."
+        )
+    listed = "; ".join(f"({i}) {p}" for i, p in enumerate(pieces, 1))
+    return (
+        f"the Restate demo needs {len(pieces)} more piece(s): {listed}. Get "
+        f"{'it' if len(pieces) == 1 else 'them all'} and run the demo with one command, "
+        f"from this directory:\n  {' && '.join(commands)}\n{npm_note}"
+        "(In a checkout of this repository, `bash scripts/demo.sh --restate` does the "
+        "same. `docker compose up --build` runs the same runner in containers, without "
+        "this side-by-side.)"
+    )
+
+
 # -- restate-server ---------------------------------------------------------------------
 
 

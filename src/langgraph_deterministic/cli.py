@@ -6,6 +6,7 @@
     langgraph-deterministic demo    [--dsn DSN] [--restate]
     langgraph-deterministic audit   [--dsn DSN] [--json] [--thread ID] [--since TIME]
     langgraph-deterministic repair  [--dsn DSN] [--apply]
+    langgraph-deterministic uninstall [--dsn DSN] [--dry-run] [--force]
 
 The DSN defaults to $DATABASE_URL. Exit codes: 0 success, 1 the command failed (e.g. a
 migration could not get its lock; for audit: damage found; for repair: something to
@@ -32,10 +33,21 @@ EXIT_USAGE = 2
 
 
 def _dsn(args: argparse.Namespace) -> str:
+    """The DSN the user gave, checked once: a failed login, a missing database or an
+    unreachable server is reported as such, for --dsn or $DATABASE_URL, whichever it was."""
+    from langgraph_deterministic.ops import _connect
+
     dsn: str | None = args.dsn or os.environ.get("DATABASE_URL")
     if not dsn:
-        raise ConfigurationError("pass --dsn or set DATABASE_URL")
+        raise ConfigurationError(
+            f"{args.command} needs a database. Fix: pass --dsn postgresql://user:password@"
+            "host:5432/dbname, or set DATABASE_URL."
+        )
+    _connect.check(dsn, "--dsn" if args.dsn else "$DATABASE_URL")
     return dsn
+
+
+DSN_HELP = "libpq connection string of the database (default: $DATABASE_URL)"
 
 
 # --- migrate / status -------------------------------------------------------------
@@ -50,7 +62,7 @@ def _add_migrate(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
         description="Apply pending migrations, beside live workers: each statement waits "
         "at most --lock-timeout for its lock and retries with backoff.",
     )
-    migrate.add_argument("--dsn")
+    migrate.add_argument("--dsn", help=DSN_HELP)
     migrate.add_argument(
         "--phase",
         choices=["pre", "post", "all"],
@@ -123,7 +135,7 @@ def _cmd_migrate(args: argparse.Namespace) -> int:
 
 def _add_status(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     status = sub.add_parser("status", help="list applied and pending migrations")
-    status.add_argument("--dsn")
+    status.add_argument("--dsn", help=DSN_HELP)
 
 
 def _cmd_status(args: argparse.Namespace) -> int:
@@ -146,7 +158,11 @@ def _cmd_status(args: argparse.Namespace) -> int:
 
 def _add_demo(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     demo = sub.add_parser("demo", help="run the demo (embedded Postgres without --dsn)")
-    demo.add_argument("--dsn")
+    demo.add_argument(
+        "--dsn",
+        help="a Postgres server to run the demo on, in a scratch database it creates and "
+        "drops (the role needs CREATEDB; default: $DATABASE_URL, else an embedded server)",
+    )
     demo.add_argument(
         "--restate",
         action="store_true",
@@ -163,7 +179,8 @@ def _cmd_demo(args: argparse.Namespace) -> int:
         return run_restate_demo()
     from langgraph_deterministic.demo import main as demo_main
 
-    return int(demo_main(args.dsn or os.environ.get("DATABASE_URL")))
+    given = args.dsn or os.environ.get("DATABASE_URL")
+    return int(demo_main(_dsn(args) if given else None))
 
 
 # --- audit / repair (langgraph_deterministic.ops) -----------------------------------
@@ -181,12 +198,19 @@ def _cmd_ops(args: argparse.Namespace) -> int:
         return EXIT_USAGE
 
 
+def _cmd_uninstall(args: argparse.Namespace) -> int:
+    from langgraph_deterministic.ops import _cli as ops_cli
+
+    return ops_cli.run_uninstall(args, _dsn(args))
+
+
 _COMMANDS = {
     "migrate": _cmd_migrate,
     "status": _cmd_status,
     "demo": _cmd_demo,
     "audit": _cmd_ops,
     "repair": _cmd_ops,
+    "uninstall": _cmd_uninstall,
 }
 
 

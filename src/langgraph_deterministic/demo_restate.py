@@ -10,8 +10,9 @@ process (hypercorn) so that side effects can be counted exactly.
 
 restate-server is found at ``$RESTATE_SERVER``, as ``restate-server`` on PATH, or in a
 ``.cache/restate-server`` npm prefix (``$LGD_CACHE_DIR/restate-server``, or the working
-directory or one of its parents: where the tests put it); otherwise the demo says how to
-get one and exits 2.
+directory or one of its parents: where the tests put it). When it, or a package of the
+``restate`` extra, is missing, the demo names every missing piece in one message with one
+command that gets them all, and exits 2.
 """
 
 from __future__ import annotations
@@ -47,6 +48,7 @@ from langgraph_deterministic._restate_local import (
     free_port,
     http,
     locate_restate_server,
+    missing_demo_pieces,
 )
 
 __all__ = [
@@ -325,19 +327,13 @@ def run_restate_demo() -> int:
     effect run once and no journal mismatch, 1 otherwise, 2 when restate-server or the
     ``restate`` extra is missing."""
     try:
-        binary = locate_restate_server()
-    except RestateServerNotFoundError as exc:
+        missing = missing_demo_pieces()  # every missing piece in one message
+        binary = locate_restate_server() if missing is None else None
+    except RestateServerNotFoundError as exc:  # $RESTATE_SERVER names no binary
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    try:
-        import hypercorn  # noqa: F401
-        import restate  # noqa: F401
-    except ImportError as exc:
-        print(
-            f"error: {exc.name} is not installed; the Restate demo needs the restate extra: "
-            "pip install 'langgraph-deterministic[restate]'",
-            file=sys.stderr,
-        )
+    if binary is None:
+        print(f"error: {missing}", file=sys.stderr)
         return 2
 
     print(SCENARIO, flush=True)

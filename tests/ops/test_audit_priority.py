@@ -1,7 +1,8 @@
-"""The audit's CPU priority: by default its own thread and, where the server runs on this
-machine, its server backend run at SCHED_IDLE while it scans, so that live workers preempt
-it at once (the effect on their latency: benchmarks/bench_audit.py). The policy is read
-from /proc while the audit runs, from its progress callback."""
+"""The audit's CPU priority. By default the audit leaves every process's scheduling as it
+is; with ``priority="idle"`` (``--priority idle``) its own thread and, where the server
+runs on this machine, its server backend run at SCHED_IDLE while it scans, so that live
+workers preempt it at once (the effect on their latency: benchmarks/bench_audit.py). The
+policy is read from /proc while the audit runs, from its progress callback."""
 
 from __future__ import annotations
 
@@ -71,13 +72,13 @@ class _Watch:
         self.grouped.append((_in_idle_group(str(row[0])), _in_idle_group(me)))
 
 
-def test_audit_runs_itself_and_a_local_backend_at_idle_priority(planted: str) -> None:
+def test_idle_priority_runs_the_audit_and_a_local_backend_at_idle(planted: str) -> None:
     before = os.sched_getscheduler(0)
     me = f"{os.getpid()}/task/{threading.get_native_id()}"
     group_before = Path(f"/proc/{me}/cgroup").read_text()
     watch = _Watch(planted)
     with watch.conn:
-        report = audit(planted, pause=0.0, batch_rows=300, progress=watch)
+        report = audit(planted, pause=0.0, batch_rows=300, progress=watch, priority="idle")
     assert report.priority == report.backend_priority == GOT
     assert report.to_json()["backend_priority"] == GOT
     assert watch.seen and all(p == (SCHED_IDLE, SCHED_IDLE) for p in watch.seen)
@@ -87,10 +88,12 @@ def test_audit_runs_itself_and_a_local_backend_at_idle_priority(planted: str) ->
     assert Path(f"/proc/{me}/cgroup").read_text() == group_before
 
 
-def test_priority_normal_leaves_both_alone(planted: str) -> None:
+@pytest.mark.parametrize("priority", [None, "normal"], ids=["default", "normal"])
+def test_by_default_the_audit_leaves_both_alone(planted: str, priority: str | None) -> None:
     watch = _Watch(planted)
+    chosen = {} if priority is None else {"priority": priority}
     with watch.conn:
-        report = audit(planted, pause=0.0, batch_rows=300, progress=watch, priority="normal")
+        report = audit(planted, pause=0.0, batch_rows=300, progress=watch, **chosen)  # type: ignore[arg-type]
     assert report.priority == report.backend_priority == "normal"
     assert watch.seen and all(SCHED_IDLE not in p for p in watch.seen)
     assert not any(b or t for b, t in watch.grouped)
@@ -114,8 +117,9 @@ def test_a_pid_is_taken_for_the_backend_only_when_its_start_matches(planted: str
 def test_cli_priority_option(planted: str, capsys: pytest.CaptureFixture[str]) -> None:
     import json
 
-    assert main(["audit", "--dsn", planted, "--json", "--pause", "0", "--priority", "normal"]) == 1
-    assert json.loads(capsys.readouterr().out)["backend_priority"] == "normal"
     assert main(["audit", "--dsn", planted, "--json", "--pause", "0"]) == 1
-    assert json.loads(capsys.readouterr().out)["priority"] == GOT
+    assert json.loads(capsys.readouterr().out)["backend_priority"] == "normal"
+    assert main(["audit", "--dsn", planted, "--json", "--pause", "0", "--priority", "idle"]) == 1
+    out = json.loads(capsys.readouterr().out)
+    assert out["priority"] == out["backend_priority"] == GOT
     assert main(["audit", "--dsn", planted, "--priority", "low"]) == 2

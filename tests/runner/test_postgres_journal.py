@@ -654,7 +654,7 @@ def test_the_journal_adds_exactly_one_round_trip_and_one_statement_per_new_op(
     assert bare[0][0] == "lgd_admit_v3" and journaled[0][0] == "lgd_journal_admit_v1"
     assert journaled[0][1:] == bare[0][1:]  # the same head read, in the same pipeline
     # every other batch the same, statement for statement (in the order writes completed)
-    saver_batches = [b for b in journaled[1:] if b != ["lgd_journal_store_v3"]]
+    saver_batches = [b for b in journaled[1:] if b != ["lgd_journal_store_v4"]]
     assert sorted(saver_batches) == sorted(bare[1:])
 
 

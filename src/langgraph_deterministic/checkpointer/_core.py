@@ -53,6 +53,7 @@ from langgraph_deterministic.checkpointer.contract import (
     HEAD_KEY,
     RUN_ID_KEY,
     SQLSTATE_COMMAND_REPLAY,
+    SQLSTATE_LEASED,
     Admission,
     CallInfo,
     HeldLease,
@@ -64,6 +65,7 @@ from langgraph_deterministic.checkpointer.contract import (
     carry_run_id,
     fingerprint_kind,
     head_mark,
+    lost_admission_error,
     translate_guard_error,
 )
 from langgraph_deterministic.errors import (
@@ -343,9 +345,12 @@ def _start_graph_run(
             yield Batch.write(*undo)
         raise
     if admitted and info.recorder is not None and info.run_id is not None:
+        before = admission.holder if admission is not None else None
         info.recorder.held = HeldLease(
-            thread_id, info.run_id, attempt, fence_at, started_empty=loaded is None
-        )
+            thread_id, info.run_id, attempt, fence_at, started_empty=loaded is None,
+            replaced=None if before is None or before.attempt == attempt
+            else (before.run_id, before.attempt, before.acquired_at),
+        )  # fmt: skip
     if loaded is None:
         _note_branch(info, None)
         return None
@@ -606,6 +611,8 @@ def put(
         yield Batch.write(*statements)
     except Exception as exc:
         if (ours := translate_guard_error(exc, info)) is not None:
+            if (yield from _lost_admission(exc, info)):
+                raise lost_admission_error(info) from None
             raise ours from None
         raise
     if held is not None and guard is not None and guard["ledger"]:
@@ -702,6 +709,23 @@ def _numbered(rows: Sequence[Mapping[str, Any]], shared: Mapping[str, Any]) -> d
     return params
 
 
+def _lost_admission(exc: BaseException, info: CallInfo) -> Operation[bool]:
+    """Whether an LG413 ("another run holds the thread") names exactly the lease this
+    attempt's admission replaced: then no run took the thread over, the database lost the
+    admission (a failover to a standby that had not received it). One read, on this error
+    path only."""
+    held = info.recorder.held if info.recorder is not None else None
+    if (
+        getattr(exc, "sqlstate", None) != SQLSTATE_LEASED
+        or held is None
+        or held.replaced is None
+        or held.thread_id != info.thread_id
+    ):
+        return False
+    (rows,) = yield Batch.read(queries()["lease_holder"], {"thread_id": held.thread_id})
+    return rows is not None and len(rows) == 1 and tuple(rows[0]) == held.replaced
+
+
 def put_writes(
     codec: Codec,
     config: RunnableConfig,
@@ -752,6 +776,8 @@ def put_writes(
     except Exception as exc:
         if (ours := translate_guard_error(exc, info)) is None:
             raise
+        if (yield from _lost_admission(exc, info)):
+            raise lost_admission_error(info) from None
         if (
             guard is not None
             and guard["attempt"]
@@ -1009,6 +1035,8 @@ def put_batch(
                 return str(rows[0][0])
         for info in infos:
             if (ours := translate_guard_error(exc, info)) is not None:
+                if (yield from _lost_admission(exc, info)):
+                    ours = lost_admission_error(info)
                 if release is not None:  # refused: the run raised, as a direct call would
                     yield Batch.write(_release_statement(release[0], "error"))
                 raise ours from None

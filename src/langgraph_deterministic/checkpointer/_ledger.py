@@ -58,6 +58,9 @@ class HeldLease:
     #: the run found its thread empty: every parent its root writes continue is its own
     #: checkpoint, so none of them closes another run (see _core.put)
     started_empty: bool = False
+    #: (run, attempt, acquired_at) of the lease the admission replaced, if another's: an
+    #: LG413 naming that very lease means the database lost the admission (a failover)
+    replaced: tuple[str, str, Any] | None = None
 
 
 @dataclass(frozen=True, slots=True)

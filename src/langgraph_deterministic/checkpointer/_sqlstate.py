@@ -7,6 +7,7 @@ from langgraph_deterministic.checkpointer._call import CallInfo
 from langgraph_deterministic.errors import (
     ConcurrentRunError,
     ConfigurationError,
+    DatabaseUnavailableError,
     DeterministicError,
     RunSupersededError,
 )
@@ -22,10 +23,12 @@ SQLSTATE_CLOCK_BEHIND = "LG411"
 SQLSTATE_COMMAND_REPLAY = "LG412"
 #: Another run took the thread's lease over.
 SQLSTATE_LEASED = "LG413"
+#: The parent checkpoint is not in the database (lost in a failover; migration 0025).
+SQLSTATE_PARENT_LOST = "LG414"
 #: All of the above; tests/checkpointer/test_schema.py checks the SQL raises no other.
 SQLSTATES: frozenset[str] = frozenset(
     {SQLSTATE_CHILD_TAKEN, SQLSTATE_STALE_WRITE, SQLSTATE_CLOCK_BEHIND,
-     SQLSTATE_COMMAND_REPLAY, SQLSTATE_LEASED}
+     SQLSTATE_COMMAND_REPLAY, SQLSTATE_LEASED, SQLSTATE_PARENT_LOST}
 )  # fmt: skip
 
 
@@ -60,6 +63,15 @@ def translate_guard_error(exc: BaseException, info: CallInfo) -> DeterministicEr
             "after this attempt's lease expired. This write was not stored. Stop this "
             "attempt; the thread continues with the other run."
         )
+    if sqlstate == SQLSTATE_PARENT_LOST:
+        return DatabaseUnavailableError(
+            f"{Run} on thread {info.thread_id!r} continued a checkpoint the database does "
+            f"not hold ({detail}): it was written and acknowledged, then lost - a failover "
+            "to a standby that had not received it (asynchronous replication), or a restore. "
+            "This write was not stored. Retry the call with the same run_id: the retry "
+            "loads the thread's surviving head and continues from there (work done after "
+            "that head runs again)."
+        )
     if sqlstate == SQLSTATE_CLOCK_BEHIND:
         return ConfigurationError(
             f"{Run} on thread {info.thread_id!r} wrote a checkpoint whose id sorts before "
@@ -77,3 +89,15 @@ def translate_guard_error(exc: BaseException, info: CallInfo) -> DeterministicEr
             "before anything runs; send a new answer under a new run_id."
         )
     return None
+
+
+def lost_admission_error(info: CallInfo) -> DatabaseUnavailableError:
+    """An LG413 that names the very lease this attempt's admission replaced: the database
+    lost the admission (see _core._lost_admission), no other run took the thread."""
+    return DatabaseUnavailableError(
+        f"The write of run {info.run_id!r} on thread {info.thread_id!r} was not stored: "
+        "the database no longer holds this attempt's admission (its lease of the thread), "
+        "which it had acknowledged - the lease is back with the run that held it before, "
+        "as after a failover to a standby that had not received the admission, or a "
+        "restore. No other run took the thread over. Retry the call with the same run_id."
+    )

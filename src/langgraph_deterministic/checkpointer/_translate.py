@@ -57,6 +57,16 @@ def translate_error(exc: BaseException) -> BaseException:
             "GRANT USAGE, SELECT ON ALL SEQUENCES IN SCHEMA public TO <role> (see "
             "docs/how-to/adopting.md, Requirements). The statement was rolled back."
         )
+    if isinstance(exc, psycopg.errors.ReadOnlySqlTransaction):
+        # A standby (in recovery), or a primary being demoted: writes come back once the
+        # connection reaches the primary again.
+        return DatabaseUnavailableError(
+            f"Postgres refused the write: {str(exc).strip()}. This connection reached a "
+            "server that does not take writes now (a standby, a server in recovery, or "
+            "one with default_transaction_read_only). Nothing was written. Give the DSN "
+            "target_session_attrs=read-write (with every host of the cluster) so new "
+            "connections go to the primary, and retry with the same run id."
+        )
     if isinstance(exc, psycopg.OperationalError) and _is_connection_failure(exc):
         # The server's (or the pooler's) own reason is in the message: keep it whole.
         reason = str(exc).strip()

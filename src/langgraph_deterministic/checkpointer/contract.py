@@ -99,8 +99,10 @@ from langgraph_deterministic.checkpointer._sqlstate import (
     SQLSTATE_CLOCK_BEHIND,
     SQLSTATE_COMMAND_REPLAY,
     SQLSTATE_LEASED,
+    SQLSTATE_PARENT_LOST,
     SQLSTATE_STALE_WRITE,
     SQLSTATES,
+    lost_admission_error,
     translate_guard_error,
 )
 from langgraph_deterministic.errors import (
@@ -699,6 +701,7 @@ __all__ = [
     "SQLSTATE_CLOCK_BEHIND",
     "SQLSTATE_COMMAND_REPLAY",
     "SQLSTATE_LEASED",
+    "SQLSTATE_PARENT_LOST",
     "SQLSTATE_STALE_WRITE",
     "STRATEGIES",
     "Admission",
@@ -723,6 +726,7 @@ __all__ = [
     "head_mark",
     "input_fingerprint",
     "input_kind",
+    "lost_admission_error",
     "progress_digest",
     "translate_guard_error",
     "unanswered_tool_calls",

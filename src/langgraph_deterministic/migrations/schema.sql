@@ -774,6 +774,86 @@ BEGIN
 END
 $$;
 
+-- migration 0025_pre_lost_writes
+CREATE OR REPLACE FUNCTION lgd_require_parent_v1(p_thread TEXT, p_ns TEXT, p_parent TEXT)
+RETURNS void LANGUAGE plpgsql AS $$
+BEGIN
+    IF p_parent IS NOT NULL AND NOT EXISTS (
+        SELECT 1 FROM checkpoints c
+        WHERE c.thread_id = p_thread AND c.checkpoint_ns = p_ns AND c.checkpoint_id = p_parent
+    ) THEN
+        RAISE EXCEPTION 'lgd: the parent checkpoint is not in the database'
+            USING ERRCODE = 'LG414',
+                  DETAIL = format('checkpoint %s in namespace %L', p_parent, p_ns);
+    END IF;
+END
+$$;
+
+-- migration 0025_pre_lost_writes
+CREATE OR REPLACE FUNCTION lgd_journal_store_v4(
+    p_thread TEXT, p_task_ns TEXT, p_key TEXT, p_ns TEXT, p_checkpoint TEXT, p_run TEXT,
+    p_attempt TEXT, p_claimed BOOLEAN, p_fence_at TIMESTAMPTZ, p_status TEXT, p_type TEXT,
+    p_blob BYTEA
+) RETURNS TABLE (stored BOOLEAN, fence_at TIMESTAMPTZ, lost BOOLEAN)
+LANGUAGE plpgsql AS $$
+DECLARE
+    holds BOOLEAN;
+    free BOOLEAN;
+    claimed BOOLEAN := p_claimed;
+BEGIN
+    IF claimed THEN
+        UPDATE lgd_journal j
+        SET status = p_status, type = p_type, blob = p_blob, completed_at = clock_timestamp()
+        WHERE j.thread_id = p_thread AND j.task_ns = p_task_ns AND j.op_key = p_key
+          AND j.attempt = p_attempt AND j.status = 'running';
+        IF NOT FOUND THEN
+            IF EXISTS (SELECT 1 FROM lgd_journal j
+                       WHERE j.thread_id = p_thread AND j.task_ns = p_task_ns
+                         AND j.op_key = p_key) THEN
+                RETURN QUERY SELECT false, NULL::timestamptz, false;  -- taken over
+                RETURN;
+            END IF;
+            claimed := false;  -- the claim was lost: store only while the fence holds
+        END IF;
+    END IF;
+    SELECT a.fenced_by IS NULL,
+           NOT EXISTS (
+               SELECT 1 FROM lgd_chain ch
+               WHERE ch.thread_id = p_thread AND ch.checkpoint_ns = p_ns
+                 AND ch.parent_checkpoint_id = p_checkpoint
+                 AND ch.attempt IS DISTINCT FROM p_attempt
+                 AND NOT (ch.checkpoint_id LIKE 'refused:%'))
+           AND NOT EXISTS (SELECT 1 FROM lgd_leases l
+                           WHERE l.thread_id = p_thread AND l.attempt <> p_attempt)
+    INTO free, holds
+    FROM lgd_journal_attempts a
+    WHERE a.thread_id = p_thread AND a.attempt = p_attempt
+    FOR SHARE OF a;
+    IF NOT FOUND THEN  -- stored if its claim was there; else it may not be
+        RETURN QUERY SELECT claimed, NULL::timestamptz, NOT claimed;
+        RETURN;
+    END IF;
+    holds := free AND holds;
+    IF NOT claimed THEN
+        IF NOT holds THEN
+            RETURN QUERY SELECT false, NULL::timestamptz, false;
+            RETURN;
+        END IF;
+        INSERT INTO lgd_journal AS j (thread_id, task_ns, op_key, checkpoint_ns, checkpoint_id,
+                                      run_id, attempt, status, type, blob, claimed_at,
+                                      completed_at)
+        VALUES (p_thread, p_task_ns, p_key, p_ns, p_checkpoint, p_run, p_attempt, p_status,
+                p_type, p_blob, coalesce(p_fence_at, statement_timestamp()), clock_timestamp())
+        ON CONFLICT (thread_id, task_ns, op_key) DO NOTHING;
+        IF NOT FOUND THEN
+            RETURN QUERY SELECT false, NULL::timestamptz, false;
+            RETURN;
+        END IF;
+    END IF;
+    RETURN QUERY SELECT true, CASE WHEN holds THEN statement_timestamp() END, false;
+END
+$$;
+
 -- == Versions =============================================================================
 
 CREATE TABLE langgraph_deterministic_migrations (
@@ -799,4 +879,5 @@ INSERT INTO langgraph_deterministic_migrations (version, name, phase) VALUES
     (20, 'journal_store_v3', 'pre'),
     (21, 'journal_admit', 'pre'),
     (22, 'lz4_checkpoints_writes', 'pre'),
-    (23, 'pending_fence_v7', 'pre');
+    (23, 'pending_fence_v7', 'pre'),
+    (25, 'lost_writes', 'pre');

@@ -4,6 +4,8 @@
   workers (``langgraph-deterministic audit``).
 * :func:`~langgraph_deterministic.ops.repair.repair`: a fix per fault class, dry-run by
   default (``langgraph-deterministic repair``).
+* :func:`~langgraph_deterministic.ops.uninstall.uninstall`: remove every object our
+  migrations added, back to PostgresSaver (``langgraph-deterministic uninstall``).
 
 Both read the tables of langgraph-checkpoint-postgres, with or without ours. See
 docs/how-to/operations.md.

@@ -1,4 +1,4 @@
-"""The ``audit`` and ``repair`` subcommands: argument parsing and output only."""
+"""The ``audit``, ``repair`` and ``uninstall`` subcommands: argument parsing and output only."""
 
 from __future__ import annotations
 
@@ -13,6 +13,9 @@ if TYPE_CHECKING:
     from langgraph_deterministic.ops.repair import RepairReport
 
 from langgraph_deterministic.ops import DEFAULT_IDLE, STATEMENT_TIMEOUT_MS
+
+_LOCK_TIMEOUT = 0.2  # as checkpointer._migrate's defaults (not imported: it is heavy)
+_LOCK_RETRIES = 10
 
 # audit and repair (LangChain, LangGraph's serde, rich) are imported when they run, so that
 # every other subcommand starts as fast as before
@@ -60,18 +63,25 @@ def _duty(text: str) -> float:
     return value
 
 
+DSN_HELP = "libpq connection string of the checkpoint database (default: $DATABASE_URL)"
+
+
 def add_parsers(sub: Any) -> None:
-    a = sub.add_parser("audit", help="find threads that retries damaged (read-only)")
-    a.add_argument("--dsn")
+    a = sub.add_parser(
+        "audit", help="find threads that retries damaged (read-only)",
+        description="Scan the checkpoint tables for threads that retries damaged. Reads "
+        "only; exit code 1 when damage is found.",
+    )  # fmt: skip
+    a.add_argument("--dsn", help=DSN_HELP)
     a.add_argument("--json", action="store_true", help="print a JSON report")
     a.add_argument("--thread", help="audit one thread only")
     a.add_argument("--since", type=_time, help="only threads written since TIME (ISO, or 6h, 2d)")
     a.add_argument(
-        "--idle", type=_seconds, default=DEFAULT_IDLE,
-        help=f"seconds a thread with a step left must be quiet to count as stuck (default {int(DEFAULT_IDLE.total_seconds())})",
+        "--idle", type=_seconds, default=DEFAULT_IDLE, metavar="SECONDS",
+        help=f"seconds a thread with a step left must be quiet to count as stuck, not running (default {int(DEFAULT_IDLE.total_seconds())})",
     )  # fmt: skip
     a.add_argument(
-        "--statement-timeout", type=int, default=STATEMENT_TIMEOUT_MS,
+        "--statement-timeout", type=int, default=STATEMENT_TIMEOUT_MS, metavar="MS",
         help=f"per-statement limit in ms; a slower range is split (default {STATEMENT_TIMEOUT_MS})",
     )  # fmt: skip
     a.add_argument(
@@ -86,16 +96,62 @@ def add_parsers(sub: Any) -> None:
         "(default 0.25; lower is gentler and slower)",
     )  # fmt: skip
     a.add_argument(
-        "--priority", choices=("idle", "normal"), default="idle",
-        help="CPU priority of the audit, and of its server backend when the server runs on "
-        "this machine (default idle: live workers preempt it at once; Linux SCHED_IDLE)",
+        "--priority", choices=("normal", "idle"), default="normal",
+        help="normal (default): leave every process's scheduling as it is. idle (opt-in, "
+        "Linux): run the audit's threads at SCHED_IDLE and, when the server runs on this "
+        "machine and lets us, move its server backend there too (and into an lgd-idle cgroup "
+        "where permitted), so live workers preempt the audit at once",
     )  # fmt: skip
-    r = sub.add_parser("repair", help="fix what audit found (dry run unless --apply)")
-    r.add_argument("--dsn")
+    a.add_argument(
+        "--messages-channel",
+        default="messages",
+        metavar="KEY",
+        help="the state key that holds the conversation (default messages)",
+    )
+    r = sub.add_parser(
+        "repair", help="fix what audit found (dry run unless --apply)",
+        description="Plan (or with --apply write) a fix per thread audit reports as damaged; "
+        "each thread is copied to a backup thread first.",
+    )  # fmt: skip
+    r.add_argument("--dsn", help=DSN_HELP)
     r.add_argument("--apply", action="store_true", help="write the repairs")
     r.add_argument("--json", action="store_true", help="print a JSON report")
     r.add_argument("--thread", help="repair one thread only")
-    r.add_argument("--idle", type=_seconds, default=DEFAULT_IDLE)
+    r.add_argument(
+        "--idle", type=_seconds, default=DEFAULT_IDLE, metavar="SECONDS",
+        help="seconds since a thread's last write before repair may touch it: a younger "
+        f"thread may have a run in progress and is left alone (default {int(DEFAULT_IDLE.total_seconds())})",
+    )  # fmt: skip
+    r.add_argument(
+        "--messages-channel",
+        default="messages",
+        metavar="KEY",
+        help="the state key that holds the conversation (default messages)",
+    )
+    u = sub.add_parser(
+        "uninstall", help="remove every table, function and index of ours (back to PostgresSaver)",
+        description="Remove every object our migrations added (lgd_* tables, functions, "
+        "sequences, types, the run id index on checkpoints, our migrations' bookkeeping, "
+        "our lz4 setting on the peer's columns). PostgresSaver's tables and rows stay as "
+        "it needs them. Online: short lock timeouts, retried.",
+    )  # fmt: skip
+    u.add_argument("--dsn", help=DSN_HELP)
+    u.add_argument(
+        "--dry-run", action="store_true", help="print the exact statements; change nothing"
+    )
+    u.add_argument(
+        "--force", action="store_true",
+        help="remove even while runs of ours hold live thread leases (their workers then "
+        "fail on their next write)",
+    )  # fmt: skip
+    u.add_argument(
+        "--lock-timeout", type=float, default=_LOCK_TIMEOUT, metavar="SECONDS",
+        help="longest wait for a table lock per attempt (default %(default)s)",
+    )  # fmt: skip
+    u.add_argument(
+        "--lock-retries", type=int, default=_LOCK_RETRIES, metavar="N",
+        help="attempts after the first when a lock is not granted (default %(default)s)",
+    )  # fmt: skip
 
 
 def run_audit(args: argparse.Namespace, dsn: str) -> int:
@@ -106,7 +162,7 @@ def run_audit(args: argparse.Namespace, dsn: str) -> int:
         report = audit(
             dsn, thread_id=args.thread, since=args.since, idle=args.idle,
             statement_timeout_ms=args.statement_timeout, progress=progress, pause=args.pause,
-            duty=args.duty, priority=args.priority,
+            duty=args.duty, priority=args.priority, messages_channel=args.messages_channel,
         )  # fmt: skip
     finally:
         done()
@@ -120,12 +176,49 @@ def run_audit(args: argparse.Namespace, dsn: str) -> int:
 def run_repair(args: argparse.Namespace, dsn: str) -> int:
     from langgraph_deterministic.ops.repair import repair
 
-    report = repair(dsn, apply=args.apply, thread_id=args.thread, idle=args.idle)
+    report = repair(
+        dsn, apply=args.apply, thread_id=args.thread, idle=args.idle,
+        messages_channel=args.messages_channel,
+    )  # fmt: skip
     if args.json:
         print(json.dumps(report.to_json(), indent=2))
     else:
         _print_repair(report)
     return report.exit_code
+
+
+def run_uninstall(args: argparse.Namespace, dsn: str) -> int:
+    from langgraph_deterministic.ops.uninstall import Step, uninstall
+
+    def show(step: Step, attempts: int, seconds: float) -> None:
+        tries = f", {attempts} attempts" if attempts > 1 else ""
+        print(f"removed {step.what}: {seconds:.2f} s{tries}", flush=True)
+
+    report = uninstall(
+        dsn, dry_run=args.dry_run, force=args.force, lock_timeout=args.lock_timeout,
+        lock_retries=args.lock_retries, progress=show,
+    )  # fmt: skip
+    if args.dry_run:
+        for step in report.steps:
+            print(f"-- {step.what}\n{step.sql};\n")
+        if report.live_leases:
+            print(
+                f"-- refused when run now: {len(report.live_leases)} thread(s) are leased by "
+                "runs of ours in progress (stop their workers, or pass --force)"
+            )
+        print(
+            f"-- {len(report.steps)} statement(s) would run; nothing changed"
+            if report.steps
+            else "-- nothing of ours in this database: nothing to remove"
+        )
+    elif report.steps:
+        print(
+            f"removed in {report.seconds:.2f} s; PostgresSaver's tables and rows are as "
+            "they were (run `langgraph-deterministic migrate` to come back)"
+        )
+    else:
+        print("nothing of ours in this database: nothing removed")
+    return 0
 
 
 def _progress(label: str, *, enabled: bool) -> tuple[Any, Any]:
@@ -155,7 +248,13 @@ def _print_audit(report: AuditReport) -> None:
     console = Console(highlight=False)
     console.print(
         f"scanned {report.threads} threads, {report.checkpoints} checkpoints in "
-        f"{report.seconds:.1f} s ({report.active_threads} with a run in progress, skipped)"
+        f"{report.seconds:.1f} s"
+        + (
+            f" ({report.active_threads} with a run in progress: written within --idle, so "
+            "not judged stuck, and repair leaves them until they are idle)"
+            if report.active_threads
+            else ""
+        )
         + (
             f"; {report.paused_seconds:.1f} s of it paused for live workers"
             if report.paused_seconds
@@ -180,6 +279,14 @@ def _print_audit(report: AuditReport) -> None:
         console.print(table)
         if len(damaged) > 50:
             console.print(f"... and {len(damaged) - 50} more (use --json for all)")
+        busy = sorted(t for t in damaged if t in report.heads and report.heads[t].in_progress)
+        if busy:
+            console.print(
+                f"{len(busy)} of these may have a run in progress (written within --idle): "
+                "repair leaves them until they are idle: "
+                + ", ".join(busy[:20])
+                + (" ..." if len(busy) > 20 else "")
+            )
         console.print("damage found: `langgraph-deterministic repair` shows the fixes.")
     else:
         console.print("no damage found.")

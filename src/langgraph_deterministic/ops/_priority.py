@@ -1,4 +1,6 @@
-"""The audit's CPU priority: idle, so that live workers never wait for a core behind it.
+"""The audit's CPU priority with ``--priority idle`` (opt-in; by default the audit leaves
+every process's scheduling as it is): idle, so that live workers never wait for a core
+behind it.
 
 Measured on a quiet 2-core machine (benchmarks/README.md#audit), a scan at the normal
 priority moved 8 writers' p99 put latency ~5x: a woken writer's backend, or the one that

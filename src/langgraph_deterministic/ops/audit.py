@@ -39,17 +39,16 @@ faults recorded before a thread's last repair checkpoint are not reported again.
 
 from __future__ import annotations
 
-import json
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, Final, Literal
 
 import psycopg
-from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
+from langchain_core.messages import BaseMessage
 from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 
 from langgraph_deterministic.errors import (
@@ -57,7 +56,21 @@ from langgraph_deterministic.errors import (
     DeterministicError,
     SchemaNotReadyError,
 )
-from langgraph_deterministic.ops import DEFAULT_IDLE, STATEMENT_TIMEOUT_MS, _priority, queries
+from langgraph_deterministic.ops import (
+    DEFAULT_IDLE,
+    STATEMENT_TIMEOUT_MS,
+    _connect,
+    _priority,
+    queries,
+)
+from langgraph_deterministic.ops._messages import (
+    as_messages,
+    input_readings,
+    key,
+    unanswered_calls,
+)
+
+__all__ = ["AuditReport", "Finding", "HeadState", "audit", "unanswered_calls"]
 
 Severity = Literal["risk", "damage"]
 
@@ -234,10 +247,13 @@ class AuditReport:
         return 1 if self.damaged else 0
 
     def to_json(self) -> dict[str, Any]:
-        threads = [
+        threads: list[dict[str, Any]] = [
             {
                 "thread_id": thread_id,
                 "faults": sorted({f.fault for f in found}),
+                # written within ``idle``: a run may still be going (repair waits for it)
+                "run_in_progress": thread_id in self.heads
+                and self.heads[thread_id].in_progress,
                 "findings": [
                     {k: v for k, v in asdict(f).items() if k != "thread_id"}
                     | {"severity": f.severity}
@@ -268,31 +284,28 @@ class AuditError(DeterministicError):
 # --- messages: shared with repair ---------------------------------------------------
 
 
-def unanswered_calls(messages: Sequence[Any]) -> list[tuple[int, dict[str, Any], bool]]:
-    """Tool calls without a ToolMessage: (index of the AIMessage, call, followed), where
-    ``followed`` says a message other than a ToolMessage came after the AIMessage."""
-    answered = {m.tool_call_id for m in messages if isinstance(m, ToolMessage)}
+def input_key(values: dict[str, Any], messages_channel: str) -> Any:
+    """What an input checkpoint applied, comparable between two attempts: the messages
+    channel as LangGraph read it (:func:`~langgraph_deterministic.ops._messages.as_messages`:
+    every input form, ids aside), other channels by value."""
     out = []
-    for i, m in enumerate(messages):
-        if isinstance(m, AIMessage) and m.tool_calls:
-            followed = any(not isinstance(n, ToolMessage) for n in messages[i + 1 :])
-            for call in m.tool_calls:
-                if call.get("id") not in answered:
-                    out.append((i, dict(call), followed))
-    return out
+    for channel, value in sorted(values.items()):
+        if channel == messages_channel:
+            readings = input_readings(value)
+            if readings:
+                out.append((channel, "messages", tuple(key(m) for m in readings[0])))
+                continue
+        out.append((channel, "value", _plain(value)))
+    return tuple(out)
 
 
-def normalize(value: Any) -> Any:
-    """An input as a comparable value: messages by type and content (ids differ between
-    attempts: LangGraph assigns them when it applies the input)."""
+def _plain(value: Any) -> Any:
     if isinstance(value, BaseMessage):
-        return ("message", value.type, json.dumps(value.content, sort_keys=True, default=str))
-    if isinstance(value, tuple) and len(value) == 2 and isinstance(value[0], str):
-        return ("message", value[0], json.dumps(value[1], sort_keys=True, default=str))
+        return key(value)
     if isinstance(value, dict):
-        return tuple(sorted((str(k), normalize(v)) for k, v in value.items()))
+        return tuple(sorted((str(k), _plain(v)) for k, v in value.items()))
     if isinstance(value, list | tuple):
-        return tuple(normalize(v) for v in value)
+        return tuple(_plain(v) for v in value)
     return repr(value)
 
 
@@ -315,10 +328,7 @@ def connect(
             options=options,
         )
     except psycopg.OperationalError as exc:
-        raise DatabaseUnavailableError(
-            f"cannot connect to Postgres: {str(exc).strip()}. Fix: pass --dsn (or set "
-            "DATABASE_URL) to the database that holds the checkpoint tables."
-        ) from exc
+        raise _connect.explain(exc, dsn, "the DSN") from exc
 
 
 def _check_schema(conn: psycopg.Connection[Any]) -> bool:
@@ -445,8 +455,8 @@ class _Scanner:
                     if self._same_input(writes.get(later), writes.get(earlier)):
                         add("reapplied_input", f"same input as checkpoint {earlier}", later)
             if msg_blob is not None and not surely_answered(msg_blob):
-                messages = self.serde.loads_typed((msg_type, msg_blob))
-                if isinstance(messages, list):
+                messages = as_messages(self.serde.loads_typed((msg_type, msg_blob)))
+                if messages is not None:
                     for _, call, followed in unanswered_calls(messages):
                         if followed or not head.pending:
                             add(
@@ -461,7 +471,9 @@ class _Scanner:
         decode = self.serde.loads_typed
         values_a = {ch: decode((t, bl)) for ch, t, bl in zip(*a, strict=True)}
         values_b = {ch: decode((t, bl)) for ch, t, bl in zip(*b, strict=True)}
-        return bool(values_a) and normalize(values_a) == normalize(values_b)
+        return bool(values_a) and input_key(values_a, self.channel) == input_key(
+            values_b, self.channel
+        )
 
 
 def _parse_ts(ts: str | None) -> datetime | None:
@@ -553,7 +565,7 @@ def audit(
     progress: Callable[[int, int | None], None] | None = None,
     pause: float | None = None,
     duty: float | None = None,
-    priority: Literal["idle", "normal"] = "idle",
+    priority: Literal["idle", "normal"] = "normal",
 ) -> AuditReport:
     """Scan the checkpoint database at ``dsn``; returns the findings (writes nothing).
 
@@ -565,10 +577,12 @@ def audit(
     (its WAL grows) a wait after each range that keeps the scan's statements running a
     ``duty`` share of the time (default :data:`AUTO_DUTY`; see :class:`Pacer`). Ranges
     grow or shrink (up to ``batch_rows`` checkpoints) so that each runs about
-    :data:`RANGE_TARGET_S`. ``priority="idle"`` (the default) runs the audit's threads,
-    and its server backend where the server is on this machine, at ``SCHED_IDLE`` (Linux):
-    live workers preempt it at once (see :mod:`~langgraph_deterministic.ops._priority`);
-    the report's ``priority`` and ``backend_priority`` say what it got.
+    :data:`RANGE_TARGET_S`. ``priority="normal"`` (the default) leaves every process's
+    scheduling as it is. ``priority="idle"`` (opt-in, Linux) runs the audit's threads, and
+    its server backend where the server is on this machine, at ``SCHED_IDLE`` (and in an
+    ``lgd-idle`` cgroup where permitted): live workers preempt it at once (see
+    :mod:`~langgraph_deterministic.ops._priority`); the report's ``priority`` and
+    ``backend_priority`` say what it got.
     """
     if priority not in ("idle", "normal"):
         raise ValueError("priority must be 'idle' or 'normal'")
@@ -624,10 +638,15 @@ def audit(
                             raise AuditError(
                                 f"scanning the threads after {lo!r} exceeded statement_timeout "
                                 f"({statement_timeout_ms} ms) even for {rows} checkpoints. Fix: "
-                                "raise --statement-timeout, run the audit when the server is "
-                                "less loaded, or with --priority normal (at the default idle "
-                                "priority it gets only the CPU no one else wants); it wrote "
-                                "nothing."
+                                "raise --statement-timeout, or run the audit when the server "
+                                "is less loaded"
+                                + (
+                                    " or without --priority idle (at idle priority it gets "
+                                    "only the CPU no one else wants)"
+                                    if lowered
+                                    else ""
+                                )
+                                + "; it wrote nothing."
                             ) from exc
                         rows //= 2  # a range too slow for the timeout: split it
                         continue

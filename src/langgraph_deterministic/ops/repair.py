@@ -27,8 +27,11 @@ Fixes (docs/how-to/operations.md):
     its AIMessage: ``status="error"``, content :data:`UNKNOWN_RESULT`, so the model knows
     the tool may or may not have run and can continue (or ask). Needs LangChain messages.
 ``reapplied_input``
-    In the same new head, the messages a retry applied a second time are removed (the
-    later copy of each). Needs LangChain messages.
+    In the same new head, the copy of each message the retry applied a second time is
+    removed: the occurrence after those the state held when the retry's input was applied
+    (the last occurrence, where that state's blob is gone). The stored input is read as
+    LangGraph reads it, in every input form (``ops/_messages.py``). Needs LangChain
+    messages; a thread whose input or messages ``add_messages`` cannot read is refused.
 ``no_run_id`` is a risk, not damage: nothing to repair.
 
 The new head's run id is ``lgd-repair:<repair id>``; with our tables it takes the old
@@ -41,12 +44,13 @@ from __future__ import annotations
 import copy
 import json
 import uuid
+from collections import Counter
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any, Final
 
 import psycopg
-from langchain_core.messages import AnyMessage, ToolMessage
+from langchain_core.messages import BaseMessage, ToolMessage
 from langgraph.checkpoint.base.id import uuid6
 from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 from psycopg.types.json import Jsonb
@@ -59,14 +63,13 @@ from langgraph_deterministic.errors import (
     SchemaNotReadyError,
 )
 from langgraph_deterministic.ops import DEFAULT_IDLE, queries
+from langgraph_deterministic.ops._messages import as_messages, input_readings, key, unanswered_calls
 from langgraph_deterministic.ops.audit import (
     AuditReport,
     Finding,
     HeadState,
     audit,
     connect,
-    normalize,
-    unanswered_calls,
 )
 
 UNKNOWN_RESULT: Final = (
@@ -147,9 +150,11 @@ def repair(
         if apply and not has_log:
             raise SchemaNotReadyError(
                 "repair --apply records what it does in lgd_repairs, which this database "
-                "lacks. Fix: run `langgraph-deterministic migrate --phase pre` first (it "
-                "adds only new tables; nothing of PostgresSaver's changes). Nothing was "
-                "written."
+                "lacks. Fix: run `langgraph-deterministic migrate --phase pre` first. Besides "
+                "adding our own lgd_* tables and functions, on PostgresSaver's tables it "
+                f"{'; '.join(_pre_changes(conn))}. PostgresSaver keeps reading and writing "
+                "them as before (`migrate --phase pre --dry-run` prints every statement; "
+                "`langgraph-deterministic uninstall` takes it all back). Nothing was written."
             )
         for tid, findings in sorted(found.damaged.items()):
             head = found.heads[tid]
@@ -187,6 +192,31 @@ def repair(
                     "Fix: run repair again."
                 ) from exc
     return report
+
+
+def _pre_changes(conn: psycopg.Connection[Any]) -> list[str]:
+    """What ``migrate --phase pre`` would change on the peer's tables of this database."""
+    row = conn.execute(queries("repair")["pre_changes"]).fetchone()
+    assert row is not None
+    task_path, indexes, lz4, versions = row
+    changes = []
+    if not indexes:
+        changes.append(
+            "builds an index on checkpoints (metadata->>'run_id', CONCURRENTLY: writes go on)"
+        )
+    if lz4:
+        changes.append(
+            "sets lz4 compression on checkpoints.checkpoint, checkpoint_blobs.blob and "
+            "checkpoint_writes.blob (a catalog change under a short lock: only values "
+            "stored from then on are lz4, nothing is rewritten)"
+        )
+    if not task_path:
+        changes.append("adds the column checkpoint_writes.task_path (PostgresSaver's v9)")
+    if versions:
+        changes.append(
+            f"records PostgresSaver's schema versions {versions} in checkpoint_migrations"
+        )
+    return changes or ["changes nothing"]
 
 
 def _repair_thread(
@@ -241,10 +271,10 @@ def _repair_thread(
 
     # no step left: every trigger consumed, as if the step had run
     closed = []
-    for key in [k for k in values if k.startswith(branch_to())]:
-        del values[key]
-        node = key.removeprefix(branch_to())
-        vs.setdefault(node, {})[key] = cv[key]
+    for trigger in [k for k in values if k.startswith(branch_to())]:
+        del values[trigger]
+        node = trigger.removeprefix(branch_to())
+        vs.setdefault(node, {})[trigger] = cv[trigger]
         closed.append(node)
     if START in cv:
         vs.setdefault(START, {})[START] = cv[START]
@@ -257,12 +287,20 @@ def _repair_thread(
         )
 
     messages = _messages(conn, serde, tid, cv, channel)
+    needs = faults & {"reapplied_input", "unanswered_tool_call"}
+    if messages is None and needs:
+        raise _Refused(
+            f"{', '.join(sorted(needs))} needs the head's {channel!r} channel as messages, and "
+            "LangGraph's add_messages cannot read it as messages: the thread is left as it "
+            "was (audit keeps reporting it). Fix: pass --messages-channel if the graph keeps "
+            "its conversation under another key; else correct the thread with update_state"
+        )
     if messages is not None:
         fixed = list(messages)
         for f in findings:
             if f.fault == "reapplied_input":
-                fixed, removed = _drop_duplicates(conn, serde, tid, f.checkpoint_id, fixed, channel)
-                plan.actions.append(f"remove {removed} re-applied input message(s)")
+                fixed, note = _drop_duplicates(conn, serde, tid, f.checkpoint_id, fixed, channel)
+                plan.actions.append(note)
         gaps = unanswered_calls(fixed)
         for index, call, _ in sorted(gaps, key=lambda g: g[0], reverse=True):
             at = index + 1
@@ -335,7 +373,7 @@ def _messages(
     tid: str,
     cv: dict[str, str],
     channel: str,
-) -> list[AnyMessage] | None:
+) -> list[BaseMessage] | None:
     if channel not in cv:
         return None
     row = conn.execute(
@@ -344,8 +382,23 @@ def _messages(
     ).fetchone()
     if row is None or row[0] == "empty":
         return None
-    value = serde.loads_typed((row[0], row[1]))
-    return list(value) if isinstance(value, list) else None
+    return as_messages(serde.loads_typed((row[0], row[1])))
+
+
+def _messages_at(
+    conn: psycopg.Connection[Any],
+    serde: JsonPlusSerializer,
+    tid: str,
+    checkpoint_id: str,
+    channel: str,
+) -> list[BaseMessage] | None:
+    """The messages channel at one checkpoint of the thread (None when its blob is gone)."""
+    row = conn.execute(
+        queries("repair")["checkpoint_versions"], {"thread_id": tid, "checkpoint_id": checkpoint_id}
+    ).fetchone()
+    if row is None or not row[0] or channel not in row[0]:
+        return None
+    return _messages(conn, serde, tid, row[0], channel)
 
 
 def _drop_duplicates(
@@ -353,26 +406,60 @@ def _drop_duplicates(
     serde: JsonPlusSerializer,
     tid: str,
     input_checkpoint: str,
-    messages: list[AnyMessage],
+    messages: list[BaseMessage],
     channel: str,
-) -> tuple[list[AnyMessage], int]:
-    """Remove the later copy of each message the re-applied input added."""
-    wanted = []
-    for ch, t, b in conn.execute(
-        queries("repair")["input_writes"], {"thread_id": tid, "checkpoint_id": input_checkpoint}
-    ):
-        if ch == channel:
-            value = serde.loads_typed((t, b))
-            wanted.extend(value if isinstance(value, list) else [value])
-    out = list(messages)
-    removed = 0
-    for item in wanted:
-        key = normalize(item)
-        hits = [i for i, m in enumerate(out) if normalize(m) == key]
-        if len(hits) >= 2:
-            del out[hits[-1]]
-            removed += 1
-    return out, removed
+) -> tuple[list[BaseMessage], str]:
+    """Remove the later copy of each message the re-applied input added; returns the
+    messages and what was done. Raises :class:`_Refused` when the input cannot be read
+    as messages (then the thread stays as it is, and the audit keeps reporting it)."""
+    values = [
+        serde.loads_typed((t, b))
+        for ch, t, b in conn.execute(
+            queries("repair")["input_writes"],
+            {"thread_id": tid, "checkpoint_id": input_checkpoint},
+        )
+        if ch == channel
+    ]
+    if not values:
+        return messages, "the re-applied input wrote no messages: nothing to remove"
+    readings = [input_readings(v) for v in values]
+    if not all(readings):
+        raise _Refused(
+            f"the input applied at checkpoint {input_checkpoint} cannot be read as messages "
+            "(LangGraph's add_messages refuses it too); remove its copy by hand with "
+            "update_state, then run repair again"
+        )
+    counts = Counter(key(m) for m in messages)
+    wanted: list[BaseMessage] = []
+    for options in readings:
+        # the reading whose messages the state holds twice (a tuple stored as a list has
+        # two): that is the one add_messages applied
+        twice = [r for r in options if r and all(counts[key(m)] >= 2 for m in r)]
+        wanted.extend((twice or options)[0])
+    # The input checkpoint holds the state the input was applied to: a message that was
+    # there n times, the retry's copy is its (n+1)th occurrence now (a later, identical
+    # message the user sent stays). Without that state (a blob pruned), the last one.
+    before = _messages_at(conn, serde, tid, input_checkpoint, channel)
+    drop: set[int] = set()
+    removed = kept = 0
+    for k, copies in Counter(key(m) for m in wanted).items():
+        hits = [i for i, m in enumerate(messages) if key(m) == k]
+        if before is not None:
+            start = sum(key(m) == k for m in before)
+            chosen = hits[start : start + copies] if start else []
+        else:
+            chosen = hits[1:][-copies:]
+        drop.update(chosen)
+        removed += len(chosen)
+        kept += copies - len(chosen)
+    out = [m for i, m in enumerate(messages) if i not in drop]
+    note = f"remove {removed} re-applied input message(s)"
+    if kept:
+        note += (
+            f"; {kept} input message(s) are in the state once already (same message id,"
+            " or removed since): nothing to remove"
+        )
+    return out, note
 
 
 def dump(report: RepairReport) -> str:

@@ -28,8 +28,10 @@ docs/how-to/durable-ops-without-restate.md, "Round trips and the fence"):
    and then ``fn`` never runs), plus every other op the task has in the journal. The
    task's replayed ops need no statement at all. A claim is not waited on for the WAL
    flush: a lost claim is an op not yet claimed.
-2. Every outcome (result, or terminal error) is stored by ``lgd_journal_store_v3``
-   (migration 0020: ``lgd_journal_store_v2`` of 0013 in fewer statements), and
+2. Every outcome (result, or terminal error) is stored by ``lgd_journal_store_v4``
+   (migration 0025: ``lgd_journal_store_v3`` of 0020, which is ``lgd_journal_store_v2``
+   of 0013 in fewer statements, telling a claim or registration the database lost in a
+   failover from a takeover), and
    durably committed (the WAL flushed, unless ``synchronous_commit=False``), before it is
    returned; the same statement checks the fence - the attempt is not fenced off, its
    checkpoint not continued, nobody else holds the thread's lease - under the same row
@@ -68,6 +70,7 @@ from langgraph_deterministic.checkpointer.contract import GRAPH_RUN_MARKER, RUN_
 from langgraph_deterministic.errors import (
     ConcurrentRunError,
     ConfigurationError,
+    DatabaseUnavailableError,
     DeterministicError,
     JournaledOpError,
     JournalLimitError,
@@ -184,8 +187,10 @@ def _store(
     blob: bytes,
     synchronous: bool = True,
 ) -> Generator[Batch, Any, Any]:
-    """``lgd_journal_store_v3``: store the outcome; return the fence check a next op may
-    start on (None: this attempt no longer holds the thread)."""
+    """``lgd_journal_store_v4``: store the outcome; return the fence check a next op may
+    start on (None: this attempt no longer holds the thread). A claim the database lost
+    (a failover) is stored as a claim-ahead op would be; a lost registration raises the
+    retryable DatabaseUnavailableError, a takeover ConcurrentRunError."""
     params = {
         **ref.params(),
         "claimed": claimed,
@@ -194,12 +199,23 @@ def _store(
         "type": type_,
         "blob": blob,
     }
-    store = Statement(queries()["journal_store_v3"], params, fetch=True)
+    store = Statement(queries()["journal_store_v4"], params, fetch=True)
     if synchronous:
         (rows,) = yield Batch((store,))
     else:  # one pipeline, one implicit transaction: still one round trip
         _, rows = yield Batch.write(_ASYNC_COMMIT, store)
-    stored, fence_at = rows[0]
+    stored, fence_at, lost = rows[0]
+    if lost:
+        raise DatabaseUnavailableError(
+            f"The outcome of durable op {ref.op_key!r} of task {ref.task_ns!r} on thread "
+            f"{ref.thread_id!r} was not stored: the database no longer holds this attempt's "
+            "registration, which it had acknowledged - a failover to a standby that had "
+            "not received it (asynchronous replication, or a write committed without "
+            "waiting for the WAL flush), or a restore. It cannot tell whether another "
+            "attempt took over meanwhile. Retry the call with the same run_id: the retry "
+            "runs this op again (at least once in all; idempotency_key() lets its API "
+            "deduplicate)."
+        )
     if not stored:
         raise ConcurrentRunError(
             f"The outcome of durable op {ref.op_key!r} of task {ref.task_ns!r} on thread "

@@ -525,10 +525,12 @@ WHERE r.thread_id = %(thread_id)s AND r.run_id = %(run_id)s
 -- name: guarded_put_checkpoint
 -- upsert_checkpoint with the arbitration of migration 0016 (the lease, one child per
 -- attempt lineage, the ledger) in one statement; closes/closes_run: contract.guard_put.
+-- Then the parent must exist (migration 0025, LG414: lost in a failover).
 SELECT lgd_put_checkpoint_v6(
     %(thread_id)s, %(checkpoint_ns)s, %(checkpoint_id)s, %(parent_checkpoint_id)s::text,
     %(checkpoint)s, %(metadata)s, %(run_id)s::text, %(attempt)s::text,
-    %(fingerprint)s::text, %(ledger)s, %(branch)s, %(closes)s::text, %(closes_run)s::text)
+    %(fingerprint)s::text, %(ledger)s, %(branch)s, %(closes)s::text, %(closes_run)s::text),
+    lgd_require_parent_v1(%(thread_id)s, %(checkpoint_ns)s, %(parent_checkpoint_id)s::text)
 
 -- name: select_parent_progress
 -- The parent of a root write outside a graph run (contract.needs_parent): its run and its
@@ -633,3 +635,15 @@ SELECT stored, fence_at FROM lgd_journal_store_v3(
     %(thread_id)s, %(task_ns)s, %(op_key)s, %(checkpoint_ns)s, %(checkpoint_id)s,
     %(run_id)s::text, %(attempt)s, %(claimed)s, %(fence_at)s::timestamptz, %(status)s,
     %(type)s, %(blob)s)
+
+-- name: journal_store_v4
+-- Store a durable op's outcome (migration 0025: as journal_store_v3; lost: the attempt's
+-- registration is gone from the database, e.g. after a failover).
+SELECT stored, fence_at, lost FROM lgd_journal_store_v4(
+    %(thread_id)s, %(task_ns)s, %(op_key)s, %(checkpoint_ns)s, %(checkpoint_id)s,
+    %(run_id)s::text, %(attempt)s, %(claimed)s, %(fence_at)s::timestamptz, %(status)s,
+    %(type)s, %(blob)s)
+
+-- name: lease_holder
+-- Who holds a thread's lease, read only after an LG413 (_core._lost_admission).
+SELECT run_id, attempt, acquired_at FROM lgd_leases WHERE thread_id = %(thread_id)s

@@ -14,6 +14,10 @@ SELECT type, blob FROM checkpoint_blobs
 WHERE thread_id = %(thread_id)s AND checkpoint_ns = '' AND channel = %(channel)s
   AND version = %(version)s
 
+-- name: checkpoint_versions
+SELECT checkpoint -> 'channel_versions' FROM checkpoints
+WHERE thread_id = %(thread_id)s AND checkpoint_ns = '' AND checkpoint_id = %(checkpoint_id)s
+
 -- name: input_writes
 SELECT channel, type, blob FROM checkpoint_writes
 WHERE thread_id = %(thread_id)s AND checkpoint_ns = '' AND checkpoint_id = %(checkpoint_id)s
@@ -87,3 +91,20 @@ VALUES (%(repair_id)s, %(thread_id)s, %(faults)s, %(actions)s, %(old_head)s, %(n
 -- name: has_tables
 SELECT to_regclass('lgd_repairs') IS NOT NULL, to_regclass('lgd_chain') IS NOT NULL,
        to_regclass('lgd_runs') IS NOT NULL
+
+-- name: pre_changes
+-- What `migrate --phase pre` would change on the peer's tables (its message says so):
+-- task_path there?, the run id index there?, lz4 available and not yet set?, the peer's
+-- versions 0-9 it would record.
+SELECT EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = to_regclass('checkpoint_writes')
+               AND attname = 'task_path' AND NOT attisdropped),
+       to_regclass('checkpoints_run_id_idx') IS NOT NULL,
+       current_setting('server_version_num')::int >= 140000
+       AND EXISTS (SELECT 1 FROM pg_settings
+                   WHERE name = 'default_toast_compression' AND 'lz4' = ANY(enumvals))
+       AND EXISTS (SELECT 1 FROM pg_attribute
+                   WHERE attrelid IN (to_regclass('checkpoints'), to_regclass('checkpoint_blobs'),
+                                      to_regclass('checkpoint_writes'))
+                     AND attname IN ('checkpoint', 'blob') AND attcompression::text <> 'l'),
+       (SELECT string_agg(v::text, ', ' ORDER BY v) FROM generate_series(0, 9) v
+        WHERE NOT EXISTS (SELECT 1 FROM checkpoint_migrations m WHERE m.v = v.v))
