@@ -267,8 +267,10 @@ def _round(args: argparse.Namespace, dsn: str, ctx: Any, arm: Arm | None, cpu: A
             os.kill(proc.pid, signal.SIGSTOP if running else signal.SIGCONT)
             running = not running
             continue
-        windows.append(("on", start, time.time()))
+        windows.append(("on" if running else "off", start, time.time()))
         break
+    if not running:  # the report was on its way when the child was stopped: let it exit
+        os.kill(proc.pid, signal.SIGCONT)
     proc.join()
     after = cpu() if cpu else None
     server_cpu = None if before is None or after is None else after - before
@@ -346,6 +348,9 @@ def main() -> int:
     parser.add_argument("--drop", action="store_true", help="drop the database at the end")
     parser.add_argument("--pause", type=float, default=None, help="audit: seconds between ranges (default: automatic)")
     parser.add_argument("--duty", type=float, default=None, help="audit: the automatic pace's duty cycle (default: audit's)")
+    parser.add_argument("--priority", choices=["idle", "normal"], default=None,
+                        help="audit: CPU priority of the audit alone and of the main arm (default: "
+                        "audit's, idle; on a machine busy with other work an idle audit may not run at all)")
     parser.add_argument("--also-duty", type=float, action="append", default=[],
                         help="another arm: this checkout's audit at this duty (repeatable)")
     parser.add_argument("--also-priority", choices=("idle", "normal"), action="append", default=[],
@@ -390,7 +395,10 @@ def main() -> int:
             temp0 = _temp_bytes(conn)
             rusage0 = resource.getrusage(resource.RUSAGE_SELF)
             cpu0 = cpu()
-            report = audit(dsn, pause=args.pause, **({} if args.duty is None else {"duty": args.duty}))
+            alone: dict[str, Any] = {} if args.duty is None else {"duty": args.duty}
+            if args.priority is not None:
+                alone["priority"] = args.priority
+            report = audit(dsn, pause=args.pause, **alone)
             cpu1 = cpu()
             rusage1 = resource.getrusage(resource.RUSAGE_SELF)
             temp = _temp_bytes(conn) - temp0
@@ -422,8 +430,11 @@ def main() -> int:
         import multiprocessing as mp
 
         ctx = mp.get_context("spawn")
-        main_arm: Arm = ("this checkout" + ("" if args.duty is None else f", duty {args.duty:g}"), args.duty, None, None)
-        arms: list[Arm] = [main_arm] + [(f"this checkout, duty {d:g}", d, None, None) for d in args.also_duty]
+        main_arm: Arm = ("this checkout" + ("" if args.duty is None else f", duty {args.duty:g}")
+                         + ("" if args.priority is None else f", priority {args.priority}"),
+                         args.duty, None, args.priority)  # fmt: skip
+        arms: list[Arm] = [main_arm] + [(f"this checkout, duty {d:g}", d, None, args.priority)
+                                        for d in args.also_duty]  # fmt: skip
         arms += [(f"this checkout, priority {p}", args.duty, None, p) for p in args.also_priority]
         if args.compare:
             arms.append((f"{args.compare}", None, str(args.compare), None))

@@ -61,13 +61,11 @@ if __package__ in (None, ""):
         sys.path.insert(1, str(_src))
     import bench_saver as b
     import delay_proxy
-    from cost_breakdown import trace_counts
-    from harness import Sample, Timer, percentile, process_cpu_s
+    from harness import Sample, Timer, percentile, process_cpu_s, trace_counts
 else:
     from . import bench_saver as b
     from . import delay_proxy
-    from .cost_breakdown import trace_counts
-    from .harness import Sample, Timer, percentile, process_cpu_s
+    from .harness import Sample, Timer, percentile, process_cpu_s, trace_counts
 
 import psycopg
 from langgraph.checkpoint.postgres import PostgresSaver
@@ -100,7 +98,7 @@ class Workload:
     concurrency: int
     ops: int  # runs per sample (default mode)
     quick_ops: int
-    # Targets from issue 13 (ours / other side), by (network, other side); absent = none.
+    # Targets (ours / other side), by (network, other side); absent = none.
     targets: dict[tuple[str, str], float]
 
 

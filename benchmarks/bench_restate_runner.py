@@ -1,6 +1,6 @@
 """Benchmark DeterministicRunner on a real restate-server.
 
-Workload (issue 4): 4 parallel branches x 4 sequential durable ops; op j of branch i takes
+Workload: 4 parallel branches x 4 sequential durable ops; op j of branch i takes
 400 ms if i == j else 50 ms, so each branch has one slow call at a different moment.
 Ideal parallel time is the longest branch (550 ms); fully serialised calls take 2200 ms;
 a per-round barrier (wait for every branch's op before the next round) gives ~4 x 400 ms.
@@ -40,7 +40,7 @@ def run(env: RestateEnv, handler: str, body: dict[str, object]) -> tuple[float, 
     return wall, out
 
 
-def stress(n: int) -> None:
+def stress(n: int, only: list[str] | None = None, regimes: str = "both") -> None:
     """Run each graph shape n times per regime; count 570 journal mismatches, hangs, side
     effects that finished more than once, and (without forced replay, where nothing ends
     an attempt early) invocations that needed more than one attempt: Restate retries a
@@ -52,8 +52,16 @@ def stress(n: int) -> None:
     from tests.runner.test_restate_e2e import SHAPES
 
     shapes = [*sorted(SHAPES), "fanout_ctx", "naive"]
+    if only:
+        unknown = sorted(set(only) - set(shapes))
+        if unknown:
+            raise SystemExit(f"unknown shapes {unknown}; valid: {', '.join(shapes)}")
+        shapes = [s for s in shapes if s in only]
     rows = []
+    chosen = {"both": (True, False), "forced": (True,), "plain": (False,)}[regimes]
     for regime, forced in (("forced replay", True), ("no forced replay", False)):
+        if forced not in chosen:
+            continue
         env = RestateEnv(ensure_binary(), forced_replay=forced).start()
         try:
             for shape in shapes:
@@ -109,9 +117,14 @@ def http_kill(env: RestateEnv, iid: str) -> None:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--runs", type=int, default=7)
-    ap.add_argument("--seq-ops", type=int, default=50)
+    ap = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
+    ap.add_argument("--runs", type=int, default=7, help="measured runs per workload (default 7)")
+    ap.add_argument(
+        "--seq-ops",
+        type=int,
+        default=50,
+        help="no-op durable ops per run of the per-op overhead workload (default 50)",
+    )
     ap.add_argument(
         "--forced-replay",
         action="store_true",
@@ -123,9 +136,20 @@ def main() -> None:
         default=0,
         help="instead: run every graph shape N times per regime, count failures",
     )
+    ap.add_argument(
+        "--shapes",
+        default="",
+        help="with --stress: comma-separated subset of the graph shapes (default all)",
+    )
+    ap.add_argument(
+        "--regimes",
+        choices=["both", "forced", "plain"],
+        default="both",
+        help="with --stress: with forced replay, without, or both (default)",
+    )
     args = ap.parse_args()
     if args.stress:
-        stress(args.stress)
+        stress(args.stress, [s for s in args.shapes.split(",") if s] or None, args.regimes)
         return
 
     env = RestateEnv(ensure_binary(), forced_replay=args.forced_replay).start()

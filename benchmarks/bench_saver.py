@@ -249,11 +249,6 @@ def compile_graph(
     return build_graph(asynchronous).compile(checkpointer=graph_saver(side, conn, policy=policy))
 
 
-#: Sides whose config other benchmarks build (floor.py's fenced floor): side -> (thread
-#: id, run id) -> config.
-CONFIGS: dict[str, Callable[[str, str], RunnableConfig]] = {}
-
-
 def graph_config(side: str) -> RunnableConfig:
     """A fresh thread and run id per run. Ours gets its config from ``run_config()`` (what
     the retry contract asks of users: it adds an input-fingerprint callback); the peer gets
@@ -261,8 +256,6 @@ def graph_config(side: str) -> RunnableConfig:
     thread_id, run_id = f"{side}-graph-{uuid.uuid4()}", str(uuid.uuid4())
     if side.startswith("ours"):
         return run_config(thread_id, run_id)
-    if side in CONFIGS:
-        return CONFIGS[side](thread_id, run_id)
     return {
         "configurable": {"thread_id": thread_id, "run_id": run_id},
         "metadata": {"run_id": run_id},

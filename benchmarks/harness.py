@@ -17,7 +17,9 @@ import json
 import math
 import os
 import statistics
+import tempfile
 import time
+from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
@@ -278,3 +280,28 @@ class Profiler:
             prof.dump_stats(path)
             written.append(path)
         return written
+
+
+def trace_counts(conn: Any, fn: Callable[[], Any]) -> dict[str, float]:
+    """Run ``fn`` once with a libpq trace on ``conn`` (a psycopg ``Connection``) and count
+    its protocol messages: round trips (``rt``: Syncs and simple Queries), statements
+    executed, statements parsed, and KB sent. Exact, unlike any timing."""
+    from psycopg import pq
+
+    with tempfile.NamedTemporaryFile("w+", suffix=".trace") as f:
+        conn.pgconn.trace(f.fileno())
+        conn.pgconn.set_trace_flags(pq.Trace.SUPPRESS_TIMESTAMPS | pq.Trace.REGRESS_MODE)
+        try:
+            fn()
+        finally:
+            conn.pgconn.untrace()
+        f.seek(0)
+        lines = [line.split("\t") for line in f.read().splitlines() if line.count("\t") >= 2]
+    msgs = Counter((p[0], p[2].split()[0]) for p in lines)
+    sent = sum(int(p[1]) for p in lines if p[0] == "F")
+    return {
+        "rt": msgs["F", "Sync"] + msgs["F", "Query"],
+        "stmts": msgs["F", "Execute"] + msgs["F", "Query"],
+        "parse": msgs["F", "Parse"],
+        "kb_out": sent / 1024,
+    }

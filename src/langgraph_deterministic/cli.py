@@ -7,6 +7,7 @@
     langgraph-deterministic audit   [--dsn DSN] [--json] [--thread ID] [--since TIME]
     langgraph-deterministic repair  [--dsn DSN] [--apply]
     langgraph-deterministic uninstall [--dsn DSN] [--dry-run] [--force]
+    langgraph-deterministic --version
 
 The DSN defaults to $DATABASE_URL. Exit codes: 0 success, 1 the command failed (e.g. a
 migration could not get its lock; for audit: damage found; for repair: something to
@@ -214,12 +215,27 @@ _COMMANDS = {
 }
 
 
+def _version() -> str:
+    """This package's version, and LangGraph's and Python's beside it (for bug reports)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    def of(dist: str) -> str:
+        try:
+            return version(dist)
+        except PackageNotFoundError:
+            return "not installed"
+
+    python = ".".join(map(str, sys.version_info[:3]))
+    return f"langgraph-deterministic {of('langgraph-deterministic')} (langgraph {of('langgraph')}, Python {python})"
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="langgraph-deterministic",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    parser.add_argument("--version", action="version", version=_version())
     sub = parser.add_subparsers(dest="command", required=True)
     _add_migrate(sub)
     _add_status(sub)

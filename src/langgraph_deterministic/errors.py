@@ -24,27 +24,34 @@ class DeterministicError(Exception):
 
 
 class ConfigurationError(DeterministicError, ValueError):
-    """The saver or runner was built or called with arguments it cannot use."""
+    """The saver or runner was built or called with arguments it cannot use. Fix: the
+    message names the argument and what it accepts."""
 
 
 class DatabaseUnavailableError(DeterministicError, ConnectionError):
-    """Postgres could not be reached with the connection info given."""
+    """Postgres could not be reached with the connection info given. Fix: check the DSN
+    (host, port, credentials, database) and that the server is up; a retry succeeds once
+    it is reachable."""
 
     retryable = True
 
 
 class SaverClosedError(DeterministicError, RuntimeError):
-    """The saver was used after ``close()`` / ``aclose()`` or after leaving its ``with``."""
+    """The saver was used after ``close()`` / ``aclose()`` or after leaving its ``with``.
+    Fix: keep the saver open for as long as graphs use it (one per process, closed at
+    shutdown)."""
 
 
 class SchemaNotReadyError(DeterministicError):
-    """The checkpoint tables are missing or older than this version of the package."""
+    """The checkpoint tables are missing or older than this version of the package. Fix:
+    run ``saver.setup()`` or ``langgraph-deterministic migrate`` as the tables' owner."""
 
 
 class MigrationError(DeterministicError):
     """A migration step failed or was cancelled. The step was rolled back (or, for an
     index built CONCURRENTLY, is redone by the next run), the steps before it stay
-    applied, and the advisory lock is released: running the migration again completes it."""
+    applied, and the advisory lock is released. Fix: run the migration again; it completes
+    what is left."""
 
     retryable = True
 
@@ -57,27 +64,40 @@ class MigrationLockTimeoutError(MigrationError):
 
 
 class SerializationError(DeterministicError, TypeError):
-    """A channel value or a pending write could not be serialised."""
+    """A channel value or a pending write could not be serialised. Nothing was written.
+    Fix: keep state to values LangGraph's serializer handles (JSON-like values, LangChain
+    messages, dataclasses, Pydantic models), or give the saver a ``serde`` that handles
+    yours."""
 
 
 class IncompatibleLangGraphError(DeterministicError, ImportError):
-    """The installed LangGraph lacks an extension point this package relies on."""
+    """The installed LangGraph lacks an extension point this package relies on. Fix:
+    install a LangGraph version within this package's supported range (its
+    ``pyproject.toml`` pins it; the message names the missing name)."""
 
 
 class IncompatibleRestateError(DeterministicError, ImportError):
-    """The installed restate-sdk lacks what RestateJournal relies on."""
+    """The installed restate-sdk lacks what RestateJournal relies on. Fix: install the
+    ``restate`` extra's version range (``pip install 'langgraph-deterministic[restate]'``)."""
 
 
 class MissingExtraError(DeterministicError, ImportError):
-    """A feature needs an optional extra that is not installed (its message names it)."""
+    """A feature needs an optional extra that is not installed. Fix: install the extra
+    the message names, e.g. ``pip install 'langgraph-deterministic[agents]'``."""
 
 
 class NondeterminismError(DeterministicError, RuntimeError):
-    """User code asked for durable ops in a way that cannot be replayed from the journal."""
+    """User code asked for durable ops in a way that cannot be replayed from the journal:
+    a replay took another path than the journal recorded, a durable op was started inside
+    another, or the checkpoints a run replays from were pruned meanwhile. Fix: the message
+    names the rule broken; node control flow must depend only on state and durable results,
+    inner ops are called from the node beside the outer one, and threads with a run in
+    flight are not pruned or deleted."""
 
 
 class JournalClosedError(DeterministicError, RuntimeError):
-    """A durable op was requested after its runner had finished."""
+    """A durable op was requested after its runner had finished. Fix: await every durable
+    op inside the node that started it; do not keep tasks running past the node."""
 
 
 class RunIdRequiredError(DeterministicError):
@@ -96,13 +116,15 @@ class RunInputMismatchError(DeterministicError):
 class RunSupersededError(DeterministicError):
     """A retry arrived too late to be applied: a later run had moved the thread on before
     this run finished, or this run's Command(resume/update/goto) was already applied (a
-    duplicate delivery). Nothing was run or written."""
+    duplicate delivery). Nothing was run or written. Fix: none needed for a duplicate:
+    stop retrying it; for new work, use a new run id."""
 
 
 class ConcurrentRunError(DeterministicError):
     """Another attempt of the same run (a zombie, or a retry racing it), or another run,
     continued the thread's checkpoint first. This attempt's write was not stored; stop the
-    attempt. Postgres decides, so this holds across processes and machines."""
+    attempt. Postgres decides, so this holds across processes and machines. Fix: let the
+    orchestrator retry later with the same run id (the winner's work is kept)."""
 
     retryable = True
 
@@ -143,7 +165,8 @@ class JournalLimitError(DeterministicError, ValueError):
 class JournaledOpError(DeterministicError, RuntimeError):
     """A durable op's terminal failure, replayed from the journal, whose exception type
     could not be rebuilt (not importable, or its constructor needs other arguments). The
-    message is the original one, prefixed with the original type."""
+    message is the original one, prefixed with the original type. Fix: make the op's
+    exception importable with a ``(message)`` constructor, or catch this class."""
 
 
 def is_retryable(exc: BaseException) -> bool:

@@ -7,7 +7,7 @@ returned one instead keeps a quiet workload on a few warm connections; under loa
 connection is busy either way, and the ones left idle are the ones psycopg_pool's
 ``max_idle`` closes. PgBouncer reuses its server connections in this order by default.
 
-Measured (benchmarks/README.md, "Figures of the fifth session"), one graph run at a time
+Measured (``benchmarks/bench_graph.py --pool-order newest``), one graph run at a time
 over a pool of 10: the server's CPU per run fell by 5-35% for DeterministicSaver and for
 langgraph's PostgresSaver alike; wall time per run moved within the benchmark's noise in
 one benchmark and fell 24% (ours) and 5% (the peer) in another.

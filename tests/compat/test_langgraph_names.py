@@ -7,7 +7,9 @@ the names whose *values* are stored or read by our SQL are pinned here.
 
 from __future__ import annotations
 
+import importlib.metadata
 import inspect
+import re
 import subprocess
 import sys
 import tomllib
@@ -33,7 +35,49 @@ def _pyproject_range(dist: str) -> str:
 
 
 def test_supported_range_is_pyprojects() -> None:
-    assert compat.SUPPORTED_LANGGRAPH == _pyproject_range("langgraph") == ">=1.2,<1.3"
+    assert compat.SUPPORTED_LANGGRAPH == _pyproject_range("langgraph") == ">=1.2.18,<1.3"
+
+
+def _assert_fix_excludes_installed(message: str, dist: str, version: str | None = None) -> None:
+    """The command the message names would change what is installed: its requirement
+    excludes the installed version (a fix that names a range the installed version is in
+    changes nothing)."""
+    from packaging.requirements import Requirement
+
+    found = re.search(r"Fix: pip install '([^']+)'", message)
+    assert found, message
+    requirement = Requirement(found.group(1))
+    assert requirement.name == dist, message
+    current = version or importlib.metadata.version(dist)
+    assert not requirement.specifier.contains(current, prereleases=True), message
+
+
+@pytest.mark.parametrize("version", ["1.2.0", "1.2.12", "1.2.17", "1.1.10", "1.0.10", "1.3.0"])
+def test_the_fix_excludes_an_unsupported_version(version: str) -> None:
+    """The versions the matrix found broken (1.2.0-1.2.17), older ones, and a future
+    1.3: the message's pin leaves each out."""
+    from langgraph_deterministic import _compat
+
+    message = _compat.incompatible_message(
+        "langgraph", "lacks a name", compat.SUPPORTED_LANGGRAPH, user="x"
+    )
+    assert "langgraph>=1.2.18,<1.3" in message
+    fix = _compat.fix_range(compat.SUPPORTED_LANGGRAPH, version)
+    _assert_fix_excludes_installed(f"Fix: pip install 'langgraph{fix}'", "langgraph", version)
+
+
+def test_the_fix_excludes_a_supported_version_that_broke(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A release inside the supported range that moved a name (untested when this
+    package was released): the fix pins it out instead of naming a range it is in."""
+    from langgraph_deterministic import _compat
+
+    inside = "1.2.30"  # a release the range admits, untested when this package was released
+    monkeypatch.setattr(_compat, "installed", lambda dist: inside)
+    message = _compat.incompatible_message(
+        "langgraph", "lacks a name", compat.SUPPORTED_LANGGRAPH, user="x"
+    )
+    assert f"!={inside}" in message
+    _assert_fix_excludes_installed(message, "langgraph", inside)
 
 
 def test_every_exported_name_resolves() -> None:
@@ -72,7 +116,8 @@ def _refused_hooks(monkeypatch: pytest.MonkeyPatch, target: Any, name: str, valu
         monkeypatch.undo()
         compat.check_runner_hooks.cache_clear()
     message = str(info.value)
-    assert "langgraph>=1.2,<1.3" in message and "pip install" in message
+    assert "pip install" in message
+    _assert_fix_excludes_installed(message, "langgraph")
     assert isinstance(info.value, DeterministicError)
     return message
 
@@ -145,4 +190,5 @@ def test_a_moved_name_fails_the_import_loudly(setup: str, named: str) -> None:
     done = _import_with(setup)
     assert done.returncode != 0, done.stdout
     assert "IncompatibleLangGraphError" in done.stderr, done.stderr
-    assert named in done.stderr and "langgraph>=1.2,<1.3" in done.stderr, done.stderr
+    assert named in done.stderr, done.stderr
+    _assert_fix_excludes_installed(done.stderr.strip().splitlines()[-1], "langgraph")

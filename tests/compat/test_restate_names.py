@@ -3,11 +3,14 @@ when the restate extra is used; an upgrade that moves one fails here, loudly."""
 
 from __future__ import annotations
 
+import importlib.metadata
+import re
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from packaging.requirements import Requirement
 from tests.compat.test_langgraph_names import _pyproject_range
 
 pytest.importorskip("restate", reason="restate-sdk (the restate extra) is not installed")
@@ -35,8 +38,14 @@ def test_the_package_does_not_import_restate() -> None:
 
 
 def test_a_context_without_the_attributes_we_use_is_refused() -> None:
-    with pytest.raises(IncompatibleRestateError, match=r"restate-sdk>=1\.3,<1\.4.*pip install"):
+    with pytest.raises(IncompatibleRestateError, match=r"restate-sdk>=1\.3,<1\.4.*pip install") as info:
         compat.check_context(object())
+    # the installed restate-sdk is inside the range: the fix pins it out
+    fix = re.search(r"Fix: pip install '([^']+)'", str(info.value))
+    assert fix is not None
+    requirement = Requirement(fix.group(1))
+    assert requirement.name == "restate-sdk"
+    assert not requirement.specifier.contains(importlib.metadata.version("restate-sdk"))
 
 
 @pytest.mark.parametrize(

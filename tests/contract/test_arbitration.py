@@ -1,4 +1,4 @@
-"""The split of issue 10 between Python and the commit-time SQL (migration 0016): whether
+"""The split of the retry contract between Python and the commit-time SQL (migration 0016): whether
 a new run found the previous one finished is decided by ``contract.guard_put`` from
 LangGraph's checkpoints and reaches ``lgd_put_checkpoint_v6`` as a plain parameter.
 

@@ -1,5 +1,5 @@
 """Runs on one thread, in one process: the lease in the ledger, the strategies' edge
-cases, and the start check on threads stuck before this saver (issue 9)."""
+cases, and the start check on threads stuck before this saver."""
 
 from __future__ import annotations
 

@@ -494,6 +494,8 @@ def test_contract_adds_no_round_trip_to_writes_or_reads(db: str) -> None:
     from langgraph_deterministic.checkpointer import _batch
     from langgraph_deterministic.checkpointer._drivers import execute as _execute
 
+    stored: list[int] = []  # statements storing pending writes, per batch
+
     def counted_saver(buffer_writes: bool) -> tuple[DeterministicSaver, list[str], Counter[str]]:
         batches: list[str] = []
         calls: Counter[str] = Counter()
@@ -505,7 +507,8 @@ def test_contract_adds_no_round_trip_to_writes_or_reads(db: str) -> None:
                     def execute(batch: Any) -> Any:
                         sqls = [st.sql for st in batch.statements]
                         writes = sum("INTO checkpoint_writes" in sql for sql in sqls)
-                        if any("lgd_release_v3" in sql for sql in sqls):
+                        stored.append(writes)
+                        if any("lgd_release_v4" in sql for sql in sqls):
                             kind = "release"
                             # alone in its transaction: no wait for the WAL flush
                             assert writes or "synchronous_commit" in sqls[-1], sqls
@@ -543,17 +546,21 @@ def test_contract_adds_no_round_trip_to_writes_or_reads(db: str) -> None:
             for n, run_id in enumerate(("A", "B")):  # a new thread, then a continued one
                 batches.clear()
                 calls.clear()
+                stored.clear()
                 graph.invoke(ask(f"q{n}"), run_config(thread, run_id), durability="sync")
                 assert calls["put"] >= 5 and calls["put_writes_root"] >= 5
                 assert calls["put_writes_sub"] >= 2
                 assert batches.count("release") == 1 and batches[-1] == "release"
                 assert batches.count("read") == calls["get_tuple"]
+                # one statement per put_writes call, whichever batch it rides in
+                assert sum(stored) == calls["put_writes_root"] + calls["put_writes_sub"]
                 if buffer_writes:
                     assert len(batches) == calls["get_tuple"] + calls["put"] + 1, batches
                     assert batches.count("writes") == 0, batches
                     # every put but the two input checkpoints (root, subgraph) carries the
-                    # writes of the superstep it ends
-                    assert batches.count("put+writes") == calls["put"] - 2, batches
+                    # writes of the superstep it ends, unless it overtook them in LangGraph's
+                    # thread pool: they ride in the run's next put then (_writebuffer)
+                    assert 0 < batches.count("put+writes") <= calls["put"] - 2, batches
                 else:
                     assert len(batches) == sum(calls.values()) + 1, batches
                     assert batches.count("writes") == (
@@ -562,10 +569,10 @@ def test_contract_adds_no_round_trip_to_writes_or_reads(db: str) -> None:
 
 
 def test_the_lease_costs_two_statements_and_one_round_trip_per_run(db: str) -> None:
-    """The thread lease's exact cost (issue 12): the same graph run with a lease
+    """The thread lease's exact cost: the same graph run with a lease
     (run_config) and without one (a hand-built config with the same run id: no recorder,
     so no lease, policy "warn") differ by exactly one round trip (the release when the call
-    returns) and two statements (lgd_admit_v3 in the head read's pipeline, the release);
+    returns) and two statements (lgd_admit_v4 in the head read's pipeline, the release);
     every superstep's batches are the same, statement for statement (the renewal rides
     inside lgd_put_checkpoint_v6, the lease check too for the pending writes riding in its
     transaction, inside their INSERT for the others)."""
@@ -607,8 +614,8 @@ def test_the_lease_costs_two_statements_and_one_round_trip_per_run(db: str) -> N
         )
     assert len(leased) == len(bare) + 1
     assert sum(map(len, leased)) == sum(map(len, bare)) + 2
-    assert leased[-1] == ["lgd_release_v3"]  # the one extra round trip, at the end
-    assert leased[0] == ["lgd_admit_v3", *bare[0]]  # the admission rides in the head read
+    assert leased[-1] == ["lgd_release_v4"]  # the one extra round trip, at the end
+    assert leased[0] == ["lgd_admit_v4", *bare[0]]  # the admission rides in the head read
     # Every superstep: the same batches (in the fan-out's order of completion).
     assert sorted(leased[1:-1]) == sorted(bare[1:])
 

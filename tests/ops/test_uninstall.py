@@ -14,6 +14,7 @@ import asyncio
 import contextlib
 import io
 import threading
+import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypedDict
@@ -263,6 +264,7 @@ def test_force_removes_under_a_live_run_whose_next_write_then_fails(pg_server_ds
                 graph.invoke, {"messages": [("user", "slow")]}, run_config("live", "r1")
             )
             try:
+                _wait_for_lease(dsn)  # the run holds the thread (its tool waits at `meet`)
                 assert cli("uninstall", "--dsn", dsn)[0] == 1  # refused: a live lease
                 code, out, _ = cli("uninstall", "--dsn", dsn, "--force")
                 assert code == 0 and "removed our" in out
@@ -274,3 +276,11 @@ def test_force_removes_under_a_live_run_whose_next_write_then_fails(pg_server_ds
                 live.result(timeout=60)
     finally:
         drop_database(pg_server_dsn, database_name(dsn))
+
+
+def _wait_for_lease(dsn: str, seconds: float = 30.0) -> None:
+    deadline = time.monotonic() + seconds
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        while conn.execute("SELECT count(*) FROM lgd_leases").fetchone() == (0,):
+            assert time.monotonic() < deadline, "the live run never took the thread's lease"
+            time.sleep(0.02)

@@ -36,6 +36,7 @@ from langgraph_deterministic.runner import (
     durable,
     durable_sync,
     idempotency_key,
+    is_transient,
 )
 
 
@@ -596,7 +597,7 @@ def test_the_journal_adds_exactly_one_round_trip_and_one_statement_per_new_op(
     journal it costs exactly 20 round trips and 20 statements more than the same graph
     run bare (durable() just calling). No claim at all: the first op runs on the run's
     admission, which registered the attempt inside the statement the saver sends anyway
-    (lgd_journal_admit_v1 in place of lgd_admit_v3, in the head read's pipeline); every
+    (lgd_journal_admit_v2 in place of lgd_admit_v4, in the head read's pipeline); every
     later op on the fence check of an earlier outcome write."""
     from langgraph_deterministic.checkpointer import saver as saver_module
 
@@ -651,7 +652,7 @@ def test_the_journal_adds_exactly_one_round_trip_and_one_statement_per_new_op(
     assert stats.round_trips == 20 and len(stats.ahead) == 20 and stats.fenced == []
     assert len(journaled) == len(bare) + 20, (bare, journaled)
     assert sum(map(len, journaled)) == sum(map(len, bare)) + 20
-    assert bare[0][0] == "lgd_admit_v3" and journaled[0][0] == "lgd_journal_admit_v1"
+    assert bare[0][0] == "lgd_admit_v4" and journaled[0][0] == "lgd_journal_admit_v2"
     assert journaled[0][1:] == bare[0][1:]  # the same head read, in the same pipeline
     # every other batch the same, statement for statement (in the order writes completed)
     saver_batches = [b for b in journaled[1:] if b != ["lgd_journal_store_v4"]]
@@ -1045,3 +1046,78 @@ def test_a_task_of_a_loaded_checkpoint_claims_even_with_a_fresh_check_at_hand(
     runner.invoke(graph, {"r": []}, run_config("t-loaded", "r"), durability="sync")
     assert ops.calls == {"p": 1, "q": 1, "r": 1}
     assert runner.last_stats.replayed == ["r#0"] and runner.last_stats.ahead == ["q#0"]
+
+
+class _Status(Exception):
+    """An HTTP client's error: carries the response's status (as httpx, the OpenAI SDK)."""
+
+    def __init__(self, status_code: int) -> None:
+        super().__init__(f"HTTP {status_code}")
+        self.status_code = status_code
+
+
+class _Response:
+    def __init__(self, status: int) -> None:
+        self.status = status
+
+
+class _WithResponse(RuntimeError):
+    def __init__(self, status: int) -> None:
+        super().__init__(f"HTTP {status}")
+        self.response = _Response(status)
+
+
+@pytest.mark.parametrize(
+    "error",
+    [
+        TimeoutError("read timed out"),
+        ConnectionResetError(104, "Connection reset by peer"),
+        BrokenPipeError(32, "Broken pipe"),
+        _Status(503),
+        _Status(429),
+        _WithResponse(502),
+    ],
+    ids=lambda e: f"{type(e).__name__}-{getattr(e, 'status_code', '')}",
+)
+def test_a_transient_error_after_the_side_effect_is_retried_not_replayed(
+    saver: DeterministicSaver, error: BaseException
+) -> None:
+    """The op's side effect happened, then the call failed transiently (a timeout, a
+    reset connection, a 5xx): nothing is stored, so the retry runs the op again and the
+    run finishes (LangGraph's default rule would store a TimeoutError as the outcome and
+    replay it on every retry)."""
+    assert is_transient(error)
+    ops = Ops()
+    graph = two_op_graph(ops).compile(checkpointer=saver)
+    runner = DeterministicRunner(journal=PostgresJournal(saver))
+    thread = f"t-transient-{type(error).__name__}-{id(error)}"
+    ops.fail["first"] = error
+    with pytest.raises(type(error)):
+        runner.invoke(graph, {"r": []}, run_config(thread, "run-1"))
+    out = runner.invoke(graph, {"r": []}, run_config(thread, "run-1"))
+    assert out["r"] == ["v:first", "v:second"]
+    assert ops.calls["first"] == 2
+
+
+@pytest.mark.parametrize(
+    ("error", "transient"),
+    [
+        (ValueError("card declined"), False),
+        (KeyError("k"), False),
+        (FileNotFoundError("no such file"), False),  # an OSError, but not a timeout
+        (PermissionError("denied"), False),
+        (_Status(404), False),
+        (_Status(400), False),
+        (_Status(500), True),
+        (_Status(408), True),
+        (ConnectionRefusedError(), True),
+        (TimeoutError(), True),
+        (KeyboardInterrupt(), True),  # never an outcome
+    ],
+    ids=lambda v: type(v).__name__ if isinstance(v, BaseException) else str(v),
+)
+def test_what_counts_as_transient(
+    saver: DeterministicSaver, error: BaseException, transient: bool
+) -> None:
+    assert is_transient(error) is transient
+    assert PostgresJournal(saver).is_terminal(error) is (not transient)  # the default rule

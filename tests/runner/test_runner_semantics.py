@@ -215,7 +215,7 @@ def test_incompatible_langgraph_is_refused(monkeypatch: pytest.MonkeyPatch) -> N
     monkeypatch.setattr(importlib.metadata, "version", fake_version)
     check_langgraph.cache_clear()  # checked once per process: forget the real version's pass
     try:
-        with pytest.raises(IncompatibleLangGraphError, match=r"langgraph>=1\.2,<1\.3"):
+        with pytest.raises(IncompatibleLangGraphError, match=r"langgraph>=1\.2\.18,<1\.3"):
             DeterministicRunner(journal=FakeJournal(FakeAttempt(Store(), io_ticks=lambda _n: 0)))
     finally:
         check_langgraph.cache_clear()

@@ -547,7 +547,7 @@ def test_busy_thread_is_refused_without_touching_the_lease() -> None:
 
 def test_a_refused_start_gives_the_admitted_lease_back() -> None:
     """Admitted, then the start checks refuse (same run id, another input): the lease is
-    handed back (lgd_unadmit_v3 with the holder it replaced) before the error."""
+    handed back (lgd_unadmit_v4 with the holder it replaced) before the error."""
     row = checkpoint_row("c1", metadata={"run_id": "r1", FINGERPRINT_KEY: "input:original"})
     db = (
         FakeDb()
@@ -601,7 +601,9 @@ def test_a_refused_journaled_start_undoes_the_registration_with_the_lease() -> N
     assert undo.params == {"thread_id": "t1", "attempt": "runner-att"}
 
 
-def test_enqueued_run_listens_waits_and_is_admitted_with_its_ticket() -> None:
+def test_enqueued_run_waits_and_is_admitted_with_its_ticket() -> None:
+    """The wait is a batch of its own, without a statement: the saver gives its pooled
+    connection back for it (_waiting) and wakes it by the ticket."""
     db = (
         FakeDb()
         .on("admit", [admit_row("queued", ticket=7)], [admit_row("admitted", ticket=7)])
@@ -610,13 +612,12 @@ def test_enqueued_run_listens_waits_and_is_admitted_with_its_ticket() -> None:
     contract = RunContract(lease_ttl=2.0)
     assert db.run(_core.get_tuple(CODEC, graph_config(strategy="enqueue"), contract)) is None
     assert db.names() == [
-        ["listen", "admit", "select_head_with_run"], ["wait"],
-        ["admit", "select_head_with_run"], ["unlisten"],
+        ["admit", "select_head_with_run"], ["wait"], ["admit", "select_head_with_run"],
     ]  # fmt: skip
     channel = _core.queue_channel("t1")
     assert db.batches[1].wait == (channel, 0.5)  # a quarter of the lease TTL
+    assert db.batches[1].ticket == 7
     assert [s.params["ticket"] for s in db.sent("admit")] == [None, 7]  # type: ignore[index]
-    assert db.batches[0].statements[0].sql == f'LISTEN "{channel}"'
 
 
 def test_enqueued_run_leaves_the_queue_when_its_timeout_is_spent() -> None:
@@ -627,20 +628,16 @@ def test_enqueued_run_leaves_the_queue_when_its_timeout_is_spent() -> None:
         db.run(
             _core.get_tuple(CODEC, graph_config(strategy="enqueue"), RunContract(enqueue_timeout=0))
         )
-    assert db.names() == [
-        ["listen", "admit", "select_head_with_run"],
-        ["leave_queue"],
-        ["unlisten"],
-    ]
+    assert db.names() == [["admit", "select_head_with_run"], ["leave_queue"]]
     assert db.sent("leave_queue")[0].params == {"thread_id": "t1", "ticket": 3}
 
 
-@pytest.mark.parametrize(("strategy", "unlisten"), [("reject", False), ("enqueue", True)])
-def test_unfinished_previous_run_is_refused(strategy: str, unlisten: bool) -> None:
+@pytest.mark.parametrize("strategy", ["reject", "enqueue"])
+def test_unfinished_previous_run_is_refused(strategy: str) -> None:
     db = FakeDb().on("admit", [admit_row("unfinished")]).on("select_head_with_run", NEW_THREAD)
     with pytest.raises(RunUnfinishedError, match="'r0'"):
         db.run(_core.get_tuple(CODEC, graph_config(strategy=strategy), RunContract()))
-    assert (["unlisten"] in db.names()) is unlisten
+    assert db.names() == [["admit", "select_head_with_run"]]
 
 
 def test_late_retry_of_a_finished_run_loads_its_final_checkpoint() -> None:
@@ -716,6 +713,7 @@ def test_put_batch_refused_releases_the_lease_as_failed_and_raises_ours() -> Non
     assert db.names()[-1] == ["release_lease"]
     assert db.sent("release_lease")[-1].params == {
         "thread_id": "t1",
+        "run_id": "r1",
         "attempt": "att-1",
         "ended": "error",
     }
@@ -844,3 +842,35 @@ async def test_arun_drives_the_same_operation_as_run() -> None:
         _core.get_tuple(CODEC, {"configurable": {"thread_id": "t1"}}), execute
     )
     assert found is not None and found.checkpoint["channel_values"] == {"n": 1}
+
+
+# --- the end of an attempt that stored nothing -------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("outcome", "stored", "ended", "sent"),
+    [
+        ("free", False, "error", "abandon_lease"),  # refused input, a cancel before a write
+        ("retry", False, "error", "abandon_lease"),
+        ("enqueued", False, "error", "abandon_lease"),
+        ("free", True, "error", "release_lease_lazy"),  # it wrote: the run is unfinished
+        ("free", False, "ok", "release_lease_lazy"),
+        ("interrupted r0", False, "error", "release_lease_lazy"),  # it changed r0 too
+        ("finished", False, "error", "release_lease_lazy"),  # took no lease: a no-op
+    ],
+)
+def test_an_attempt_that_stored_nothing_undoes_its_admission(
+    outcome: str, stored: bool, ended: str, sent: str
+) -> None:
+    admission = _core.Admission.from_row((*admit_row("admitted")[:9], outcome))
+    held = HeldLease("t1", "r1", "att-1", admission=admission)
+    db = FakeDb()
+    db.run(_core.release_lease(held, ended, lazy=True, stored=stored))
+    assert db.names() == [[sent]]
+    (st,) = db.sent(sent)
+    assert st.params is not None and st.params["thread_id"] == "t1"
+    if sent == "abandon_lease":  # the lease as it was before: r0's
+        assert st.params["run_id"] == "r0" and st.params["holder_attempt"] == "att-0"
+        assert st.params["attempt"] == "att-1"
+    else:
+        assert st.params["run_id"] == "r1" and st.params["ended"] == ended

@@ -33,13 +33,31 @@ def supported(dist: str, fallback: str) -> str:
 def incompatible_message(
     dist: str, what: str, supported_range: str, *, user: str, beside: tuple[str, ...] = ()
 ) -> str:
-    """Why an installed library cannot serve ``user``, the range we support, and the fix."""
+    """Why an installed library cannot serve ``user``, the range we support, and the fix:
+    a requirement that excludes the installed version (``fix_range``)."""
+    version = installed(dist)
     also = ", ".join(f"{d} {installed(d)}" for d in beside)
     return (
-        f"{dist} {installed(dist)}{f' ({also})' if also else ''} {what}, which {user} relies "
+        f"{dist} {version}{f' ({also})' if also else ''} {what}, which {user} relies "
         f"on; langgraph-deterministic supports {dist}{supported_range}. "
-        f"Fix: pip install '{dist}{supported_range}'."
+        f"Fix: pip install '{dist}{fix_range(supported_range, version)}'."
     )
+
+
+def fix_range(supported_range: str, version: str) -> str:
+    """``supported_range``, narrowed to exclude ``version`` when it lies inside it (a
+    release of the library we have not tested that broke a name): the command the
+    message names must change what is installed."""
+    try:
+        from packaging.specifiers import InvalidSpecifier, SpecifierSet
+        from packaging.version import InvalidVersion, Version
+    except ImportError:  # pragma: no cover - langchain-core depends on packaging
+        return supported_range
+    try:
+        inside = Version(version) in SpecifierSet(supported_range)
+    except (InvalidSpecifier, InvalidVersion):  # "not installed", a local build
+        return supported_range
+    return f"{supported_range},!={version}" if inside else supported_range
 
 
 def installed(dist: str) -> str:

@@ -44,7 +44,7 @@ from langgraph_deterministic._compat import incompatible_message, supported
 from langgraph_deterministic.errors import IncompatibleLangGraphError
 
 #: The LangGraph versions this package supports (pyproject's requirement).
-SUPPORTED_LANGGRAPH = supported("langgraph", ">=1.2,<1.3")
+SUPPORTED_LANGGRAPH = supported("langgraph", ">=1.2.18,<1.3")
 
 
 def incompatible(what: str) -> IncompatibleLangGraphError:

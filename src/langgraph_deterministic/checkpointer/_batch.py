@@ -43,9 +43,11 @@ class Batch:
     # Statements such as CREATE INDEX CONCURRENTLY refuse to run in a transaction, and
     # in pipeline mode psycopg would wrap them in one: they are run one by one instead.
     pipeline: bool = True
-    # (channel, seconds): no statement; wait up to ``seconds`` for a NOTIFY on ``channel``
-    # (the operation LISTENed on this connection before). Returns no results.
+    # (channel, seconds): no statement; wait up to ``seconds`` for the release of the
+    # thread whose queue channel this is, holding no connection (``_waiting``); ``ticket``:
+    # the waiter's queue ticket (a release wakes the first one). Returns no results.
     wait: tuple[str, float] | None = None
+    ticket: int | None = None
 
     @classmethod
     def read(cls, sql: str, params: Any = None) -> Batch:

@@ -17,6 +17,7 @@ import dataclasses
 import hashlib
 import re
 import secrets
+import time
 from collections.abc import Mapping, Sequence
 from functools import cache
 from typing import Any, cast
@@ -228,6 +229,11 @@ def _start_graph_run(
     the registration with the lease.
     """
     contract.require_run_id(info, "A graph run")
+    if info.recorder is not None and info.recorder.unfingerprinted is not None:
+        # An input of arbitrary objects: refused now if it cannot be stored, before the
+        # admission writes anything (LangGraph would store its writes, and under
+        # durability "async" run every node, before its checkpoint failed).
+        codec.dumps("the graph input", info.recorder.unfingerprinted[0])
     thread_id = info.thread_id
     select = queries()["select_checkpoint"]
     addressed = get_checkpoint_id(config) if info.addressed else None
@@ -253,16 +259,12 @@ def _start_graph_run(
     admission: Admission | None = None
     ticket: int | None = None
     waited = 0.0
-    listen = queue_channel(thread_id) if strategy == "enqueue" else None
-    listening = False
+    started = time.monotonic()
     while True:
         params = contract.admission(info, attempt, ticket)
         statements = (
             [read] if params is None else [Statement(admit, params, fetch=True), read]
         )
-        if listen and params is not None and not listening:
-            statements.insert(0, Statement(f'LISTEN "{listen}"', prepare=False))
-            listening = True
         results = yield Batch(tuple(statements))
         rows = results[-1] or []
         if params is None:
@@ -273,25 +275,32 @@ def _start_graph_run(
             fence_at = answer[10] if journaled else None
             break
         if admission.verdict == "unfinished":
-            yield from _unlisten(listen if listening else None)
             contract.refuse_unfinished(info, admission)
         if strategy != "enqueue":
             contract.refuse_busy(info, admission, None)
         ticket = admission.ticket
+        waited = time.monotonic() - started
         remaining = contract.enqueue_timeout - waited
         if remaining <= 0:
             yield Batch.write(
                 Statement(queries()["leave_queue"], {"thread_id": thread_id, "ticket": ticket})
             )
-            yield from _unlisten(listen)
             contract.refuse_busy(info, admission, waited)
-        # Woken by the holder's release (NOTIFY); the poll interval bounds the wait when
-        # a holder dies without releasing (its lease expires) or NOTIFY cannot reach us.
+        # Holding no connection (the saver gives it back to the pool: _waiting), woken by
+        # the release that makes this ticket the first (NOTIFY); the pause bounds the wait
+        # when a holder dies without releasing (its lease expires) or NOTIFY cannot reach
+        # us, and renews the ticket (a waiter that stops looking is skipped).
         pause = min(remaining, max(0.05, min(1.0, contract.lease_ttl / 4)))
-        yield Batch((), wait=(listen or "", pause))
-        waited += pause
-    if listening:
-        yield from _unlisten(listen)
+        try:
+            yield Batch((), wait=(queue_channel(thread_id), pause), ticket=ticket)
+        except GeneratorExit:
+            raise
+        except BaseException:
+            # Cancelled (or interrupted) while queued: leave the queue, then raise.
+            yield Batch.write(
+                Statement(queries()["leave_queue"], {"thread_id": thread_id, "ticket": ticket})
+            )
+            raise
     row = rows[0] if rows else None
     head = row[:15] if row is not None and row[0] is not None else None
     ledger = (
@@ -335,7 +344,7 @@ def _start_graph_run(
                 contract.check_stuck_head(info, loaded, fingerprint_kind(info.fingerprint))
     except DeterministicError:
         if admitted and admission is not None:
-            undo = [Statement(queries()["unadmit"], _unadmit_params(info, attempt, admission))]
+            undo = [Statement(queries()["unadmit"], _unadmit_params(thread_id, attempt, admission))]
             if fence_at is not None:
                 undo.append(
                     Statement(
@@ -350,7 +359,9 @@ def _start_graph_run(
             thread_id, info.run_id, attempt, fence_at, started_empty=loaded is None,
             replaced=None if before is None or before.attempt == attempt
             else (before.run_id, before.attempt, before.acquired_at),
+            admission=admission,
         )  # fmt: skip
+        info.recorder.stored = False  # this attempt's writes, from here on
     if loaded is None:
         _note_branch(info, None)
         return None
@@ -378,15 +389,10 @@ def _note_branch(info: CallInfo, attempt: str | None) -> None:
         BRANCHING.set(None)
 
 
-def _unlisten(channel: str | None) -> Operation[None]:
-    if channel:
-        yield Batch((Statement(f'UNLISTEN "{channel}"', prepare=False),))
-
-
-def _unadmit_params(info: CallInfo, attempt: str, admission: Admission) -> dict[str, Any]:
+def _unadmit_params(thread_id: str, attempt: str, admission: Admission) -> dict[str, Any]:
     lease = admission.holder
     return {
-        "thread_id": info.thread_id,
+        "thread_id": thread_id,
         "attempt": attempt,
         "run_id": lease.run_id if lease else None,
         "holder_attempt": lease.attempt if lease else None,
@@ -398,10 +404,27 @@ def _unadmit_params(info: CallInfo, attempt: str, admission: Admission) -> dict[
     }
 
 
+#: Admissions an attempt that stored nothing may undo: those that changed nothing but the
+#: lease (interrupt and rollback outcomes changed the other run too).
+_UNDOABLE = frozenset({"free", "enqueued", "retry"})
+
+
 def release_lease(
-    held: HeldLease, ended: str, *, lazy: bool = False, interrupted_at: str | None = None
+    held: HeldLease,
+    ended: str,
+    *,
+    lazy: bool = False,
+    interrupted_at: str | None = None,
+    stored: bool = True,
 ) -> Operation[None]:
-    """The graph call of a lease holder returned (``ok``) or raised (``error``).
+    """The graph call of a lease holder returned (``ok``), raised (``error``) or lost a
+    race to another attempt of its own run (``lost``: changes nothing, see
+    ``lgd_release_v4``).
+
+    ``stored``: whether the attempt stored anything. One that raised before it stored
+    anything (its input could not be serialised, it was cancelled before its first
+    write) undoes its admission instead (``abandon_lease``): the lease goes back to what
+    it was, and no row is left of a refused input.
 
     ``lazy``: nothing else is in the transaction, so its commit need not wait for the WAL
     flush (see release_lease_lazy): a release lost to a server crash is a lease that
@@ -411,6 +434,17 @@ def release_lease(
     ledger row is made ``interrupted`` there if it reads ``running``: under durability
     "async" the interrupt's write can commit before the put that creates the row. That
     transaction waits for the WAL flush, ``lazy`` or not."""
+    admission = held.admission
+    if (
+        not stored
+        and ended == "error"
+        and interrupted_at is None
+        and admission is not None
+        and admission.outcome in _UNDOABLE
+    ):
+        params = _unadmit_params(held.thread_id, held.attempt, admission)
+        yield Batch.write(Statement(queries()["abandon_lease"], params))
+        return
     if interrupted_at is None:
         yield Batch.write(_release_statement(held, ended, lazy=lazy))
         return
@@ -424,8 +458,9 @@ def release_lease(
 def _release_statement(held: HeldLease, ended: str, *, lazy: bool = False) -> Statement:
     return Statement(
         queries()["release_lease_lazy" if lazy else "release_lease"],
-        {"thread_id": held.thread_id, "attempt": held.attempt, "ended": ended},
-    )
+        {"thread_id": held.thread_id, "run_id": held.run_id, "attempt": held.attempt,
+         "ended": ended},
+    )  # fmt: skip
 
 
 def renew_leases(held: Sequence[HeldLease]) -> Operation[None]:
@@ -435,7 +470,7 @@ def renew_leases(held: Sequence[HeldLease]) -> Operation[None]:
     yield Batch.write(
         Statement(
             queries()["renew_leases"],
-            {"threads": [h.thread_id for h in held], "attempts": [h.attempt for h in held]},
+            {"threads": [h.thread_id for h in held], "runs": [h.run_id for h in held]},
             prepare=False,
         )
     )
@@ -615,6 +650,8 @@ def put(
                 raise lost_admission_error(info) from None
             raise ours from None
         raise
+    if info.recorder is not None:
+        info.recorder.stored = True
     if held is not None and guard is not None and guard["ledger"]:
         assert info.recorder is not None
         info.recorder.ledger_written = (held, info.attempt)  # committed: the row is current
@@ -787,6 +824,8 @@ def put_writes(
             # this attempt cannot store what it computes from it.
             yield Batch.write(Statement(queries()["refuse_attempt"], guard))
         raise ours from None
+    if info.recorder is not None:
+        info.recorder.stored = True
     if guard is not None and guard["interrupted"]:
         held = _admitted_attempt_of(info)
         if held is not None and info.recorder is not None:  # for its release (release_lease)

@@ -4,8 +4,9 @@ async. They hold no logic of the saver's own; ``saver.py`` runs operations throu
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import AsyncIterator, Iterator, Sequence
-from contextlib import asynccontextmanager, contextmanager, nullcontext
+from contextlib import asynccontextmanager, contextmanager, nullcontext, suppress
 from typing import Any, overload
 
 import psycopg
@@ -47,6 +48,16 @@ def execute(conn: Connection[Any], batch: Batch) -> Results:
     # psycopg's transaction() inside a pipeline would add three more syncs (BEGIN, COMMIT,
     # exit). Only a batch that sets an isolation level needs an explicit transaction.
     in_callers_pipeline = batch.isolation is not None and in_pipeline(conn)
+    try:
+        return _pipelined(conn, batch, in_callers_pipeline)
+    except psycopg.Error:
+        if _may_be_desynced(conn):
+            _resync_prepared(conn)
+        raise
+
+
+def _pipelined(conn: Connection[Any], batch: Batch, in_callers_pipeline: bool) -> Results:
+    statements = batch.statements
     fetching: list[psycopg.Cursor[Any]] = []
     shared: psycopg.Cursor[Any] | None = None
     with conn.pipeline() as pipe:
@@ -92,6 +103,18 @@ async def aexecute(conn: AsyncConnection[Any], batch: Batch) -> Results:
         return results
     # One implicit transaction per pipeline sync; see execute.
     in_callers_pipeline = batch.isolation is not None and in_pipeline(conn)
+    try:
+        return await _apipelined(conn, batch, in_callers_pipeline)
+    except psycopg.Error:
+        if _may_be_desynced(conn):
+            await _aresync_prepared(conn)
+        raise
+
+
+async def _apipelined(
+    conn: AsyncConnection[Any], batch: Batch, in_callers_pipeline: bool
+) -> Results:
+    statements = batch.statements
     fetching: list[psycopg.AsyncCursor[Any]] = []
     shared: psycopg.AsyncCursor[Any] | None = None
     async with conn.pipeline() as pipe:
@@ -112,6 +135,54 @@ async def aexecute(conn: AsyncConnection[Any], batch: Batch) -> Results:
                     await acur.execute(sql_of(st), st.params, prepare=st.prepare)
     rows = iter(fetching)
     return [await next(rows).fetchall() if st.fetch else None for st in statements]
+
+
+# A failed pipeline and psycopg's prepared statements (psycopg 3.1 to 3.3 at least).
+# psycopg prepares a statement server-side once it has run prepare_threshold times: in a
+# pipeline it queues the Parse that creates the statement right before its execution,
+# and records the name as prepared at once. Its check of that Parse's outcome runs only
+# for a statement it had never seen before (prepare_threshold 0, or prepare=True); for
+# one it had counted, the name is taken as prepared whatever happens. When an earlier
+# statement of the same pipeline sync fails (a refusal of ours: LG409, LG410, LG413...),
+# Postgres skips every later message up to the sync, that Parse included, so the server
+# never has the statement while psycopg believes it does: every later execution of that
+# statement on the connection fails with InvalidSqlStatementName ("prepared statement
+# "_pg3_0" does not exist"), and the pool hands the broken connection on. Whether it
+# happens depends on which execution a refusal lands on (the 4th of a statement with the
+# threshold at 3, say), so one lost race could poison a process's connections.
+#
+# After a failed pipeline on a connection that is still usable, both sides forget their
+# prepared statements: DEALLOCATE ALL on the server, and psycopg clears its cache when it
+# sees that command complete (it does so for DEALLOCATE ALL / DISCARD ALL, as the
+# server's statements are gone). psycopg checks the command tag only the first time it
+# sees a query text, so the text differs each time (a comment). One round trip, on the
+# error path only; statements are prepared again as they are used.
+
+_RESYNC = itertools.count()
+
+
+def _may_be_desynced(conn: Connection[Any] | AsyncConnection[Any]) -> bool:
+    return (
+        conn.prepare_threshold is not None
+        and not conn.closed
+        and conn.info.pipeline_status == psycopg.pq.PipelineStatus.OFF
+        and conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+    )
+
+
+def _resync_sql() -> bytes:
+    return f"DEALLOCATE ALL -- lgd {next(_RESYNC)}".encode("ascii")
+
+
+def _resync_prepared(conn: Connection[Any]) -> None:
+    # A connection that cannot run it is broken anyway: the first error stands.
+    with suppress(psycopg.Error):
+        conn.execute(_resync_sql(), prepare=False)
+
+
+async def _aresync_prepared(conn: AsyncConnection[Any]) -> None:
+    with suppress(psycopg.Error):
+        await conn.execute(_resync_sql(), prepare=False)
 
 
 # Client CPU per batch (psycopg's Python is most of a write's cost on this side): the
@@ -152,7 +223,7 @@ def _merged(statements: Sequence[Statement]) -> Iterator[tuple[Statement, Any]]:
 # garbage collector, not at once (close() closes its socket either way). Any cache of
 # the cursor makes that cycle (the cursor refers to its connection); a new cursor per
 # batch instead cost 0.8% more client instructions per graph run (54.55M vs 54.08M
-# Ir/run, bench_saver's graph, async, callgrind via profile_client.py).
+# Ir/run, bench_saver's graph, async, under callgrind).
 _WRITER = "_lgd_writer"
 
 

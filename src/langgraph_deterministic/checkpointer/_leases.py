@@ -16,6 +16,7 @@ checkpoint write renews it. Two things happen outside any saver call, so they li
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import threading
 from collections.abc import Awaitable, Callable
@@ -27,6 +28,10 @@ from langgraph_deterministic.checkpointer._batch import Operation, Statement, wr
 from langgraph_deterministic.checkpointer.contract import HeldLease, find_recorder
 
 logger = logging.getLogger("langgraph_deterministic")
+
+#: How often a failed release is tried again (by the heartbeat thread, at most a second
+#: apart) before the lease is left to expire.
+RELEASE_TRIES = 30
 
 
 class LeaseKeeper:
@@ -43,6 +48,10 @@ class LeaseKeeper:
         # the run's pending writes still waiting (see _writebuffer): stored with the release
         self._pending = pending
         self._held: dict[str, HeldLease] = {}
+        # releases that failed (no connection, the server unreachable): retried by the
+        # heartbeat thread, so a run that returned does not read unfinished once its
+        # lease expires. (lease, ended, stored, tries)
+        self._failed: list[tuple[HeldLease, str, bool, int]] = []
         self._lock = threading.Lock()
         self._wake = threading.Event()
         self._thread: threading.Thread | None = None
@@ -56,13 +65,16 @@ class LeaseKeeper:
         held = recorder.held
 
         def ops(ended: str) -> tuple[Operation[None], Operation[None] | None, int]:
+            stored = recorder.stored
             """The release with the run's pending writes in its transaction; when there
             are writes, the release alone (run on a fresh connection if the first fails)
             and how many writes it would leave behind."""
             self.forget(held)
             writes = self._pending(held.attempt)
             at = recorder.take_interrupt(held)
-            first = _core.release_lease(held, ended, lazy=not writes, interrupted_at=at)
+            first = _core.release_lease(
+                held, ended, lazy=not writes, interrupted_at=at, stored=stored or bool(writes)
+            )
             if not writes:
                 return first, None, 0
             alone = _core.release_lease(held, ended, lazy=True, interrupted_at=at)
@@ -70,8 +82,9 @@ class LeaseKeeper:
 
         if is_async:
 
-            async def arelease(ended: str) -> None:
-                first, alone, count = ops(ended)
+            async def attempt(
+                first: Operation[None], alone: Operation[None] | None, count: int
+            ) -> None:
                 try:
                     await self._arun(first)
                 except Exception:
@@ -80,26 +93,57 @@ class LeaseKeeper:
                     _lost(held, count)
                     await self._arun(alone)
 
+            async def arelease(ended: str) -> None:
+                stored = recorder.stored
+                # Shielded: a call cancelled again while it releases (an orchestrator's
+                # cancel) still ends its lease.
+                try:
+                    await asyncio.shield(asyncio.ensure_future(attempt(*ops(ended))))
+                except Exception:
+                    self._later(held, ended, stored)
+                    raise
+
             recorder.bind_release(arelease, is_async=True)
         else:
 
             def release(ended: str) -> None:
+                stored = recorder.stored
                 first, alone, count = ops(ended)
                 try:
-                    self._run(first)
+                    try:
+                        self._run(first)
+                    except Exception:
+                        if alone is None:
+                            raise
+                        _lost(held, count)
+                        self._run(alone)
                 except Exception:
-                    if alone is None:
-                        raise
-                    _lost(held, count)
-                    self._run(alone)
+                    self._later(held, ended, stored)
+                    raise
 
             recorder.bind_release(release, is_async=False)
         self.keep(held)
+
+    def _later(self, held: HeldLease, ended: str, stored: bool, tries: int = 0) -> None:
+        if tries >= RELEASE_TRIES:
+            logger.error(
+                "langgraph-deterministic: the lease of run %r on thread %r could not be "
+                "released after %d tries; it expires after lease_ttl.",
+                held.run_id, held.thread_id, tries,
+            )  # fmt: skip
+            return
+        with self._lock:
+            self._failed.append((held, ended, stored, tries))
+        self._start()
 
     def keep(self, held: HeldLease) -> None:
         """Renew ``held`` by the heartbeat until :meth:`forget` (or its release)."""
         with self._lock:
             self._held[held.attempt] = held
+        self._start()
+
+    def _start(self) -> None:
+        with self._lock:
             if self._thread is None or not self._thread.is_alive():
                 self._thread = threading.Thread(
                     target=self._beat, name="langgraph-deterministic-lease", daemon=True
@@ -117,18 +161,30 @@ class LeaseKeeper:
     def close(self) -> None:
         with self._lock:
             self._held.clear()
+            self._failed.clear()
         self._wake.set()
 
     def _beat(self) -> None:
         while True:
-            self._wake.wait(max(0.05, self._ttl() / 3))
+            self._wake.wait(
+                max(0.05, min(1.0, self._ttl() / 3) if self._failed else self._ttl() / 3)
+            )
             self._wake.clear()
             with self._lock:
                 held = list(self._held.values())
-                if not held:
+                failed, self._failed = self._failed, []
+                if not held and not failed:
                     self._thread = None
                     self._wake.clear()
                     return
+            for lease, ended, stored, tries in failed:
+                try:
+                    self._run(_core.release_lease(lease, ended, lazy=True, stored=stored))
+                except Exception as exc:
+                    logger.warning("langgraph-deterministic: lease release failed: %s", exc)
+                    self._later(lease, ended, stored, tries + 1)
+            if not held:
+                continue
             try:
                 self._run(_core.renew_leases(held))
             except Exception as exc:  # the next write or beat tries again; expiry is the fallback

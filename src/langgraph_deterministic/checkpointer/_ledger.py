@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import datetime as _dt
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal, get_args
 
 from langgraph.checkpoint.base import CheckpointTuple
@@ -61,11 +61,15 @@ class HeldLease:
     #: (run, attempt, acquired_at) of the lease the admission replaced, if another's: an
     #: LG413 naming that very lease means the database lost the admission (a failover)
     replaced: tuple[str, str, Any] | None = None
+    #: the admission that took it: an attempt that raises before storing anything undoes
+    #: it (_core.release_lease), so a refused input leaves the lease as it found it
+    admission: Admission | None = field(default=None, compare=False)
 
 
 @dataclass(frozen=True, slots=True)
 class Admission:
-    """The row ``lgd_admit_v3`` returns (see migration 0014)."""
+    """The row ``lgd_admit_v4`` returns (see migrations 0014, 0024). ``outcome``
+    ``finished``: a retry of the run whose call returned, admitted without the lease."""
 
     verdict: Literal["admitted", "busy", "queued", "unfinished"]
     ticket: int | None

@@ -18,6 +18,7 @@ from psycopg import AsyncConnection
 from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
 from langgraph_deterministic.checkpointer._leases import LeaseKeeper
+from langgraph_deterministic.checkpointer._waiting import QueueListener
 from langgraph_deterministic.checkpointer._writebuffer import WriteBuffer
 from langgraph_deterministic.errors import ConfigurationError
 
@@ -27,6 +28,7 @@ class Lifecycle:
     :class:`~._connections.Connections`."""
 
     _leases: LeaseKeeper
+    _listener: QueueListener | None
     _writes: WriteBuffer | None
     _dsn: str | None
     _pool: ConnectionPool[Any] | None
@@ -70,6 +72,8 @@ class Lifecycle:
         passed in); the saver cannot be used afterwards. From inside a coroutine running
         on the loop of the saver's async pool, use ``await saver.aclose()``."""
         self._leases.close()
+        if self._listener is not None:
+            self._listener.close()
         if self._writes is not None:
             self._writes.close()
         guard, loop = self._apool_guard, self._apool_loop
@@ -97,6 +101,8 @@ class Lifecycle:
         """Async :meth:`close`."""
         self._closed = True
         self._leases.close()
+        if self._listener is not None:
+            self._listener.close()
         if self._writes is not None:
             self._writes.close()
         if self._owns_pools:

@@ -12,6 +12,7 @@ from langchain_core.runnables import RunnableConfig
 
 from langgraph_deterministic.checkpointer._fingerprint import input_fingerprint
 from langgraph_deterministic.checkpointer._ledger import HeldLease
+from langgraph_deterministic.checkpointer._sqlstate import LOST_TO_RUN
 
 logger = logging.getLogger("langgraph_deterministic")
 
@@ -31,6 +32,9 @@ class RunInputRecorder(BaseCallbackHandler):
     def __init__(self) -> None:
         super().__init__()
         self.fingerprint: str | None = None
+        #: the input, kept only when it could not be fingerprinted: the saver checks it
+        #: can be stored before admitting the run (a refused input leaves no row)
+        self.unfingerprinted: tuple[Any] | None = None
         #: the lease this call's graph run was admitted with (set by the saver's core)
         self.held: HeldLease | None = None
         #: that run's attempt (its lease and attempt token) once a committed root write of
@@ -38,6 +42,9 @@ class RunInputRecorder(BaseCallbackHandler):
         self.ledger_written: tuple[HeldLease, str | None] | None = None
         #: that run's attempt and the checkpoint of the last interrupt it stored
         self.interrupted_at: tuple[HeldLease, str] | None = None
+        #: a write of this call was committed (its release then ends the lease; a call
+        #: that raised before storing anything undoes its admission instead)
+        self.stored = False
         self._release: Callable[[str], Any] | None = None
         # The chain run of the call this config was built for: the first one reported to
         # this handler. LangChain hands a call's handlers on to the calls made inside it
@@ -82,6 +89,13 @@ class RunInputRecorder(BaseCallbackHandler):
         self.held = self.ledger_written = None
         return release
 
+    def _failed(self, error: BaseException) -> str:
+        """How a call that raised ends its lease: ``lost`` when it lost a race to another
+        attempt of its own run (that one holds the thread on), else ``error``."""
+        held = self.held
+        winner = getattr(error, LOST_TO_RUN, None)
+        return "lost" if held is not None and winner == held.run_id else "error"
+
     # Without a lease (bind_release replaces these): only the end of the call is noted.
     def on_chain_end(self, outputs: Any, *, run_id: uuid.UUID | None = None, **kw: Any) -> None:
         self._take_release(run_id)
@@ -98,8 +112,9 @@ class RunInputRecorder(BaseCallbackHandler):
     def _error(
         self, error: BaseException, *, run_id: uuid.UUID | None = None, **kw: Any
     ) -> None:
+        ended = self._failed(error)
         if (release := self._take_release(run_id)) is not None:
-            release("error")
+            release(ended)
 
     async def _aend(self, outputs: Any, *, run_id: uuid.UUID | None = None, **kw: Any) -> None:
         if (release := self._take_release(run_id)) is not None:
@@ -108,8 +123,9 @@ class RunInputRecorder(BaseCallbackHandler):
     async def _aerror(
         self, error: BaseException, *, run_id: uuid.UUID | None = None, **kw: Any
     ) -> None:
+        ended = self._failed(error)
         if (release := self._take_release(run_id)) is not None:
-            await release("error")
+            await release(ended)
 
     def on_chain_start(
         self,
@@ -123,10 +139,12 @@ class RunInputRecorder(BaseCallbackHandler):
         if self._root is not None:
             return
         self._root = run_id
+        self.unfingerprinted = None
         try:
             self.fingerprint = input_fingerprint(inputs)
         except (TypeError, ValueError) as exc:
             self.fingerprint = None
+            self.unfingerprinted = (inputs,)
             logger.warning(
                 "langgraph-deterministic cannot fingerprint this graph input (%s): a retry "
                 "with a different input under the same run_id will not be detected.",

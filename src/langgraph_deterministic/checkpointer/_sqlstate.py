@@ -3,7 +3,8 @@ become. The plpgsql functions raise them with ``ERRCODE``; see docs/explanation/
 
 from __future__ import annotations
 
-from langgraph_deterministic.checkpointer._call import CallInfo
+from typing import TYPE_CHECKING
+
 from langgraph_deterministic.errors import (
     ConcurrentRunError,
     ConfigurationError,
@@ -11,6 +12,9 @@ from langgraph_deterministic.errors import (
     DeterministicError,
     RunSupersededError,
 )
+
+if TYPE_CHECKING:  # _call imports _recorder, which reads LOST_TO_RUN from here
+    from langgraph_deterministic.checkpointer._call import CallInfo
 
 # Raised by the arbitration functions (migration 0016's _v6 and their predecessors).
 #: The parent checkpoint's child slot is taken (another attempt continued it first).
@@ -32,6 +36,22 @@ SQLSTATES: frozenset[str] = frozenset(
 )  # fmt: skip
 
 
+#: Set on a ConcurrentRunError that lost a race on a checkpoint (LG409, LG410): the run
+#: id of the attempt that continued it (the last word of the SQL's detail, "... of run
+#: <run>"). Equal to the refused call's own run id, the loser raced its own twin.
+LOST_TO_RUN = "_lgd_lost_to_run"
+#: Set (True) on a ConcurrentRunError of a checkpoint race (LG409, LG410; the journal's
+#: LG430 too): the winner's checkpoints are stored, so a retry of the same run resumes
+#: from them.
+CHECKPOINT_RACE = "_lgd_checkpoint_race"
+_OF_RUN = " of run "
+
+
+def _winner(detail: str) -> str | None:
+    at = detail.rfind(_OF_RUN)
+    return detail[at + len(_OF_RUN) :] if at >= 0 else None
+
+
 def translate_guard_error(exc: BaseException, info: CallInfo) -> DeterministicError | None:
     """Our error for a failure of the guard statements, or None if it is something else."""
     sqlstate = getattr(exc, "sqlstate", None)
@@ -39,6 +59,15 @@ def translate_guard_error(exc: BaseException, info: CallInfo) -> DeterministicEr
     detail = getattr(diag, "message_detail", None) or ""
     run = f"run {info.run_id!r}" if info.run_id else "a call without run id"
     Run = run[0].upper() + run[1:]
+    if sqlstate in (SQLSTATE_CHILD_TAKEN, SQLSTATE_STALE_WRITE):
+        error = _lost_race(sqlstate, info, detail, run)
+        setattr(error, LOST_TO_RUN, _winner(detail))
+        setattr(error, CHECKPOINT_RACE, True)
+        return error
+    return _other_guard_error(sqlstate, info, detail, run, Run)
+
+
+def _lost_race(sqlstate: str, info: CallInfo, detail: str, run: str) -> ConcurrentRunError:
     if sqlstate == SQLSTATE_CHILD_TAKEN:
         return ConcurrentRunError(
             f"Another attempt got to thread {info.thread_id!r} first ({detail}): the "
@@ -49,13 +78,17 @@ def translate_guard_error(exc: BaseException, info: CallInfo) -> DeterministicEr
             "with the same run_id resumes from what the winner stored. Make sure one call is "
             "executed by one worker at a time (a lease, Temporal's activity heartbeat)."
         )
-    if sqlstate == SQLSTATE_STALE_WRITE:
-        return ConcurrentRunError(
-            f"Another attempt has moved thread {info.thread_id!r} past the checkpoint these "
-            f"pending writes of {run} belong to ({detail}). They were not stored: this "
-            "attempt is a zombie or lost a race. Stop it; a retry with the same run_id "
-            "resumes from what the winner stored."
-        )
+    return ConcurrentRunError(
+        f"Another attempt has moved thread {info.thread_id!r} past the checkpoint these "
+        f"pending writes of {run} belong to ({detail}). They were not stored: this "
+        "attempt is a zombie or lost a race. Stop it; a retry with the same run_id "
+        "resumes from what the winner stored."
+    )
+
+
+def _other_guard_error(
+    sqlstate: str | None, info: CallInfo, detail: str, run: str, Run: str
+) -> DeterministicError | None:
     if sqlstate == SQLSTATE_LEASED:
         return ConcurrentRunError(
             f"{Run} was stopped on thread {info.thread_id!r}: another run took the thread over "

@@ -11,10 +11,14 @@ superstep. What does not wait:
 
 * special writes (an error, an interrupt, a resume, a scheduled task) and input and
   Command writes: stored at once, with the writes of the same checkpoint waiting so far;
-* writes whose checkpoint already has its child (a late write racing the ``put``);
 * writes outside a graph run this saver admitted (``update_state``, direct calls, runs
   without ``run_config``), where no end of run is heard. A run's subgraphs share its
   ``run_config`` recorder: their writes wait for their own namespace's put.
+
+A write whose checkpoint already has its child waits for the run's next put, in any of its
+namespaces: LangGraph submits a superstep's writes and then its checkpoint to a thread
+pool, where the put can overtake a writes call still on its way (often so on Python 3.13).
+That checkpoint already holds what the late write carries, so a retry needs none of it.
 
 Writes wait at most ``window`` seconds (``DeterministicSaver(buffer_writes=...)``,
 default 0.05): a task that finished while its siblings still run (a fan-out of slow model
@@ -48,6 +52,9 @@ logger = logging.getLogger("langgraph_deterministic")
 
 # (checkpoint_ns, checkpoint_id) of the checkpoint pending writes belong to
 Key = tuple[str, str]
+# the checkpoint id of a namespace's late writes (their checkpoint has its child already):
+# no checkpoint has it; any put of the run takes them
+LATE = "*"
 # A timed store in flight: the put continuing its checkpoint waits for it.
 Waiter = threading.Event | asyncio.Future[None]
 
@@ -93,15 +100,15 @@ class WriteBuffer:
         statements: Sequence[Statement],
         loop: asyncio.AbstractEventLoop | None,
     ) -> bool:
-        """Keep ``statements`` for the put that continues ``key``. False when that put
-        has been made already: the caller stores them itself. ``loop``: the event loop of
-        an async run (its timed store runs there), None for a sync run."""
+        """Keep ``statements`` for the put that continues ``key`` or, when that put has
+        been made already, for the run's next put (``LATE``). ``loop``: the event loop of
+        an async run (its timed store runs there), None for a sync run. True: kept."""
         with self._lock:
             run = self._runs.get(attempt)
             if run is None:
                 run = self._runs[attempt] = _Run(thread_id, sync=loop is None)
             if key in run.sealed:
-                return False
+                key = (key[0], LATE)
             waiting = run.pending.get(key)
             if waiting is not None:
                 waiting.extend(statements)
@@ -126,9 +133,11 @@ class WriteBuffer:
                 return [], None
             if (waiter := run.flushing.get(key)) is not None:
                 return [], waiter
-            if seal:
-                run.sealed.add(key)
-            return self._pop(run, key), None
+            if not seal:
+                return self._pop(run, key), None
+            run.sealed.add(key)
+            late = [k for k in run.pending if k[1] == LATE and k not in run.flushing]
+            return [st for k in (*late, key) for st in self._pop(run, k)], None
 
     def end(self, attempt: str) -> list[Statement]:
         """The run is over: every write still waiting; the attempt is forgotten."""

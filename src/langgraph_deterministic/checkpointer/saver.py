@@ -87,6 +87,12 @@ from langgraph_deterministic.checkpointer._events import (
 from langgraph_deterministic.checkpointer._leases import LeaseKeeper
 from langgraph_deterministic.checkpointer._lifecycle import Lifecycle
 from langgraph_deterministic.checkpointer._rows import Codec, next_version
+from langgraph_deterministic.checkpointer._waiting import (
+    ACheckout,
+    Checkout,
+    QueueListener,
+    listener_for,
+)
 from langgraph_deterministic.checkpointer._writebuffer import Waiter, WriteBuffer, store_leftovers
 from langgraph_deterministic.checkpointer.contract import (
     DEFAULT_METADATA_KEYS,
@@ -207,6 +213,7 @@ class DeterministicSaver(Lifecycle, Connections, BaseCheckpointSaver[str]):
         self._init_connections(
             conn, pool_min_size, pool_max_size, prepare_threshold, connect_kwargs
         )
+        self._listener: QueueListener | None = None  # wakes enqueue waiters (_waiting)
 
     @property
     def serde(self) -> SerializerProtocol:
@@ -270,17 +277,21 @@ class DeterministicSaver(Lifecycle, Connections, BaseCheckpointSaver[str]):
 
     def _run(self, operation: Operation[T] | OnSession[T]) -> T:
         pool = self._pool
+        if pool is None and self._dsn is not None and not self._closed:
+            pool = self._sync_pool()  # its first call: the pool path below
         if pool is not None and not self._closed:
             with _TRANSLATED:
                 conn = pool.getconn()
                 t0 = time.monotonic()
+                # An enqueue wait gives the connection back to the pool (_waiting).
+                checkout = Checkout(pool, conn, self._queue_listener(), self._checked, execute)
                 try:
                     if self._check_pool:
                         _require_autocommit(conn, pool=True)
                     op = operation(conn.info.backend_pid) if callable(operation) else operation
-                    return run(op, lambda batch: execute(conn, batch))
+                    return run(op, checkout.execute)
                 finally:
-                    pool.putconn(conn)
+                    checkout.close()
                     _count_usage(pool, t0)
         if not self._has_sync():
             return self._run_on_loop(operation)
@@ -296,17 +307,20 @@ class DeterministicSaver(Lifecycle, Connections, BaseCheckpointSaver[str]):
             return await asyncio.to_thread(self._run, operation)
         self._loop = asyncio.get_running_loop()
         pool = self._apool
+        if pool is None and self._dsn is not None and not self._closed:
+            pool = await self._async_pool()  # its first call: the pool path below
         if pool is not None and not self._closed:
             with _TRANSLATED:
                 conn = await pool.getconn()
                 t0 = time.monotonic()
+                acheckout = ACheckout(pool, conn, self._queue_listener(), self._checked, aexecute)
                 try:
                     if self._check_pool:
                         _require_autocommit(conn, pool=True)
                     op = operation(conn.info.backend_pid) if callable(operation) else operation
-                    return await arun(op, lambda batch: aexecute(conn, batch))
+                    return await arun(op, acheckout.execute)
                 finally:
-                    await pool.putconn(conn)
+                    await acheckout.close()
                     _count_usage(pool, t0)
         with _TRANSLATED:
             async with self._aconnection() as conn:
@@ -314,6 +328,25 @@ class DeterministicSaver(Lifecycle, Connections, BaseCheckpointSaver[str]):
                 if conn is self._aconn:
                     return await arun(op, partial(self._aexecute_shared, conn))
                 return await arun(op, lambda batch: aexecute(conn, batch))
+
+    def _checked(self, conn: Connection[Any] | AsyncConnection[Any]) -> None:
+        if self._check_pool:
+            _require_autocommit(conn, pool=True)
+
+    def _queue_listener(self) -> QueueListener:
+        """The listener that wakes this saver's enqueue waiters, made on first use: it
+        connects like the saver's pools, on a connection of its own."""
+        listener = self._listener
+        if listener is None:
+            pool: Any = self._pool or self._apool
+            if self._dsn is not None:
+                listener = listener_for(self._dsn, self._connect_kwargs)
+            elif pool is not None and not callable(pool.kwargs):
+                listener = listener_for(pool.conninfo, pool.kwargs)
+            else:
+                listener = listener_for(None, None)
+            self._listener = listener
+        return listener
 
     # One connection for every call: a run queued behind another on its thread (a NOTIFY
     # wait) would keep it from the very run it waits for, so on a shared connection the
@@ -410,6 +443,7 @@ class DeterministicSaver(Lifecycle, Connections, BaseCheckpointSaver[str]):
         return self._run(_migrate.applied_versions())
 
     async def aapplied_migrations(self) -> set[int]:
+        """Async :meth:`applied_migrations`."""
         return await self._arun(_migrate.applied_versions())
 
     # -- the retry contract ------------------------------------------------------------

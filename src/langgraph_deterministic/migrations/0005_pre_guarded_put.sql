@@ -1,6 +1,6 @@
 -- A guarded checkpoint write as one statement instead of two (the upsert, then
 -- SELECT lgd_guard_put): each statement of a pipeline costs ~70 us of client and ~30 us
--- of server CPU, about 14 statements per graph run (benchmarks/README.md). The guard runs
+-- of server CPU, about 14 statements per graph run (docs/explanation/performance.md). The guard runs
 -- after the upsert, as before, in the same implicit transaction: a refusal rolls both back.
 -- A new function only: safe while older code, which never calls it, still runs.
 CREATE OR REPLACE FUNCTION lgd_put_checkpoint(

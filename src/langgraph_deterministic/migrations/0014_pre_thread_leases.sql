@@ -1,4 +1,4 @@
--- Runs on one thread (issue 12): a lease per thread, a FIFO queue for multitask_strategy
+-- Runs on one thread: a lease per thread, a FIFO queue for multitask_strategy
 -- "enqueue", the strategy and its outcome in the ledger, and _v3 functions that take,
 -- renew, fence and release leases inside statements the saver already sends. New tables
 -- and new function names only (plus two nullable columns on our own lgd_runs, added only

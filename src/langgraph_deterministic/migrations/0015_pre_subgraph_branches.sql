@@ -1,4 +1,4 @@
--- Deliberate branches in every namespace a branching run writes (issue 12). A graph run
+-- Deliberate branches in every namespace a branching run writes. A graph run
 -- addressed at a past checkpoint is a branch; its subgraphs continue their own
 -- checkpoints (namespace 'child:<task>' or a stable one), whose child slots the first
 -- run took already, at checkpoints the branch never addressed itself. lgd_guard_put_v5

@@ -1,4 +1,4 @@
--- The commit-time arbitration of the retry contract, in one file (issue 10). Every
+-- The commit-time arbitration of the retry contract, in one file. Every
 -- function here runs inside the transaction of the write it guards, so a refusal rolls
 -- the write back. What needs LangGraph's checkpoint format (did a new run find the
 -- previous one finished?) is decided in Python and arrives as a plain parameter; what

@@ -1,7 +1,7 @@
 -- Channel values (checkpoint_blobs.blob, ~10 KB per graph step in benchmarks/) are
 -- TOAST-compressed by every insert. lz4 costs the server ~40% less CPU per compressed
 -- value than pglz (stores ~15% more) and ~1.1 ms less server CPU per graph run of the
--- benchmark (benchmarks/README.md). SET COMPRESSION changes only the catalog: values stored
+-- benchmark (docs/explanation/performance.md). SET COMPRESSION changes only the catalog: values stored
 -- before keep pglz and stay readable, nothing is rewritten, old workers see no difference.
 --
 -- Skipped cleanly where it cannot apply: servers before 14 or built without lz4, a column

@@ -3,7 +3,7 @@
 -- checkpoints of the benchmark graph's run) and checkpoint_writes.blob (a write carrying a
 -- conversation, e.g. the input). pglz spends ~700k instructions per such value, lz4 a
 -- fraction: callgrind of the server's backend, ~-5M of ~29M instructions per benchmark run
--- (benchmarks/README.md, issue 13). As 0018: SET COMPRESSION changes only the catalog,
+-- (docs/explanation/performance.md). As 0018: SET COMPRESSION changes only the catalog,
 -- values stored before keep pglz and stay readable, old workers see no difference; skipped
 -- where the server lacks lz4 or a column is set already, and, per table, when the table is
 -- busy for longer than the migration's lock_timeout (a NOTICE says so; apply it later by

@@ -1,12 +1,12 @@
--- The pending writes' fence with less server work per statement (issue 13): every
+-- The pending writes' fence with less server work per statement: every
 -- guarded pending-write statement (queries.sql guarded_writes / guarded_write) tests the
 -- writer's chain slot and the thread's lease with a refusal that runs only on the row that
 -- refuses, i.e. almost never. v6's refusals are an SQL function that Postgres inlines
 -- (lgd_fence_writes_v6: a CASE with two refusals and two format() calls) and a refusal
 -- with a format() call: each statement set all of it up at executor start (a function's
 -- lookup and permission check each) before testing a row. Here each is one plpgsql call,
--- never inlined, with the same errors. Measured: benchmarks/README.md (ab_put_path.py
--- --replay under callgrind). New names only: workers of older versions keep sending
+-- never inlined, with the same errors (measured: the server's instructions per graph run,
+-- under callgrind). New names only: workers of older versions keep sending
 -- their own statements, which call the _v6 functions (migration 0016).
 
 -- The fence of a pending write (as lgd_fence_writes_v6, called only for a checkpoint whose

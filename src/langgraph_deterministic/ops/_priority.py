@@ -2,7 +2,7 @@
 every process's scheduling as it is): idle, so that live workers never wait for a core
 behind it.
 
-Measured on a quiet 2-core machine (benchmarks/README.md#audit), a scan at the normal
+Measured on a quiet 2-core machine (docs/explanation/performance.md), a scan at the normal
 priority moved 8 writers' p99 put latency ~5x: a woken writer's backend, or the one that
 must issue the group commit's fsync, waited for the rest of the audit's time slice.
 ``SCHED_IDLE`` (Linux) runs a thread only when no other thread of its group wants the

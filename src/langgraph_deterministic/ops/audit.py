@@ -126,13 +126,13 @@ RANGE_TARGET_S: Final = 0.025
 """How long one range's statements should run: the range grows or shrinks towards it. A
 live worker's commit that meets the scan waits behind a short CPU burst, not a long one
 (on 2 cores, 10 ms bursts of a CPU loop at half duty moved 8 writers' p99 9%, 65 ms
-bursts 38%: benchmarks/README.md#audit)."""
+bursts 38%: docs/explanation/performance.md)."""
 AUTO_DUTY: Final = 0.25
 """Beside live workers the automatic pace keeps the scan's statements running at most this
 share of the time (one range, then a wait three times as long). At idle priority what the
 audit still costs the workers grows with its share of the time (on the quiet 2-core
 machine, 8 writers' p99 moved 1.07x pooled at 0.25, 1.14x at 0.5, 1.33x at full speed:
-benchmarks/README.md#audit); beside them it then takes ~35-50 s per 2M checkpoints."""
+docs/explanation/performance.md); beside them it then takes ~35-50 s per 2M checkpoints."""
 AUDIT_WORK_MEM: Final = "64MB"
 """work_mem of the audit's one backend: a range's working set stays in memory, so the
 audit writes no temp file (at 4 MB a 20,000-checkpoint range spilled 2.5 MB to disk)."""
@@ -657,7 +657,7 @@ def audit(
                     if pacer.live:
                         # beside live workers the audit takes one core at a time: its backend's
                         # statement, then its own analysis, never both at once (on 2 cores the
-                        # overlap left the workers none; benchmarks/README.md#audit)
+                        # overlap left the workers none; docs/explanation/performance.md)
                         took += collect(scanner.analyse(*fetched))
                     else:  # alone: decode this range while Postgres scans the next one
                         pending = pool.submit(scanner.analyse, *fetched)

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from ._context import durable, durable_sync, idempotency_key
 from ._ordering import JournalBackend, JournalClosedError, NondeterminismError, OpScheduler
-from ._postgres import JournalStats, PostgresJournal
+from ._postgres import JournalStats, PostgresJournal, is_transient
 from ._restate import IncompatibleRestateError, RestateJournal
 from ._runner import SUPPORTED_LANGGRAPH, DeterministicRunner, Journal, KeyedJournal
 
@@ -54,4 +54,5 @@ __all__ = [
     "durable",
     "durable_sync",
     "idempotency_key",
+    "is_transient",
 ]

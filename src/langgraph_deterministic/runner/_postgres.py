@@ -13,7 +13,7 @@ execution of the node (a node retried by its RetryPolicy starts counting again, 
 finds the ops its first execution stored).
 
 Per new op, one statement (the rule, with its proof obligations, is in
-docs/how-to/durable-ops-without-restate.md, "Round trips and the fence"):
+docs/explanation/architecture.md, "The journal's round trips and fence"):
 
 0. The run's admission (the saver's start of a graph run under ``run_config``) registers
    the attempt in the journal inside the statement it sends anyway
@@ -66,6 +66,7 @@ import psycopg.errors
 from langgraph_deterministic._compat.langgraph import var_child_runnable_config
 from langgraph_deterministic.checkpointer._batch import Batch, Statement
 from langgraph_deterministic.checkpointer._queries import queries
+from langgraph_deterministic.checkpointer._sqlstate import CHECKPOINT_RACE, LOST_TO_RUN
 from langgraph_deterministic.checkpointer.contract import GRAPH_RUN_MARKER, RUN_ID_KEY
 from langgraph_deterministic.errors import (
     ConcurrentRunError,
@@ -89,13 +90,53 @@ _ERROR_TYPE = "lgd-error"
 _CLAIM_RETRIES = 5  # a deadlock between two attempts taking over each other's ops
 
 
-def _default_terminal(exc: BaseException) -> bool:
-    """Terminal, i.e. stored and replayed: what LangGraph's default retry policy would not
-    retry (ValueError, TypeError, ...). Transient failures (ConnectionError, HTTP 5xx, ...)
-    are not stored, so a retry runs the op again."""
+#: HTTP statuses a retry may get past: server errors, rate limits, request timeouts.
+_TRANSIENT_STATUS = frozenset({408, 429})
+
+
+def _http_status(exc: BaseException) -> int | None:
+    """The HTTP status an error carries (``status_code`` or ``status``, or its
+    ``response``'s: httpx, requests, aiohttp, the OpenAI and Anthropic SDKs), if any."""
+    for holder in (exc, getattr(exc, "response", None)):
+        for name in ("status_code", "status"):
+            status = getattr(holder, name, None)
+            if isinstance(status, int) and not isinstance(status, bool):
+                return status
+    return None
+
+
+def is_transient(exc: BaseException) -> bool:
+    """Whether a failure of a durable op's function is transient: not stored in the
+    journal, so the retry runs the op again (the default of ``PostgresJournal``'s
+    ``is_terminal`` is its negation). The one place this is defined:
+
+    * ``TimeoutError`` (``asyncio.TimeoutError`` and ``socket.timeout`` are it) and
+      ``ConnectionError`` (``ConnectionResetError``, ``ConnectionRefusedError``,
+      ``ConnectionAbortedError``, ``BrokenPipeError``);
+    * an error carrying an HTTP status (``status_code`` / ``status``, or its
+      ``response``'s) of 5xx, 408 or 429; any other status is terminal;
+    * otherwise LangGraph's default retry rule (``langgraph.types.default_retry_on``),
+      with one deliberate difference: that rule treats every other ``OSError`` as
+      permanent, and so do we, except the timeouts and connection errors above, which
+      it would store and replay forever as the op's outcome.
+
+    Not an ``Exception`` (a ``KeyboardInterrupt``, a cancellation) is never an outcome.
+    """
+    if not isinstance(exc, Exception):
+        return True
+    if isinstance(exc, TimeoutError | ConnectionError):
+        return True
+    status = _http_status(exc)
+    if status is not None:
+        return status >= 500 or status in _TRANSIENT_STATUS
     from langgraph.types import default_retry_on  # type: ignore[attr-defined]
 
-    return isinstance(exc, Exception) and not default_retry_on(exc)
+    return bool(default_retry_on(exc))
+
+
+def _default_terminal(exc: BaseException) -> bool:
+    """Terminal, i.e. stored and replayed: every failure :func:`is_transient` is not."""
+    return not is_transient(exc)
 
 
 @dataclass(frozen=True, slots=True)
@@ -146,12 +187,18 @@ class JournalStats:
 
 def _lost(ref: OpRef, exc: BaseException) -> ConcurrentRunError:
     detail = getattr(getattr(exc, "diag", None), "message_detail", None) or str(exc)
-    return ConcurrentRunError(
+    error = ConcurrentRunError(
         f"Durable op {ref.op_key!r} of task {ref.task_ns!r} on thread {ref.thread_id!r} was "
         f"not run: this attempt has lost the thread ({detail}). Another attempt of the run "
         "(a retry, while this one was still alive) took over. Stop this attempt: the other "
         "one continues from what the journal and the checkpoints hold."
     )
+    # Lost to an attempt of its own run: its release leaves the lease to that one. When
+    # the other attempt only continued the checkpoint (this one still holds the run in
+    # the journal), the call may resume from its checkpoint (DeterministicRunner).
+    setattr(error, LOST_TO_RUN, ref.run_id)
+    setattr(error, CHECKPOINT_RACE, True)
+    return error
 
 
 def _claim(ref: OpRef) -> Generator[Batch, Any, list[tuple[Any, ...]]]:
@@ -308,6 +355,20 @@ class _Session:
         #: loop created after its attempt was registered
         self._loaded_ns: set[tuple[str, str]] = set()
         self._not_ours: set[tuple[str, str]] = set()
+
+    def _holds_run(self, thread_id: str) -> Generator[Batch, Any, bool]:
+        (rows,) = yield Batch.read(
+            queries()["journal_holds_run"], {"thread_id": thread_id, "attempt": self.attempt}
+        )
+        return bool(rows[0][0])
+
+    def holds_run(self, thread_id: str) -> bool:
+        """Whether this attempt still holds its run in the journal: no other attempt of
+        the run fenced it off (one round trip; asked only after a lost race)."""
+        return self._saver._run(self._holds_run(thread_id))
+
+    async def aholds_run(self, thread_id: str) -> bool:
+        return await self._saver._arun(self._holds_run(thread_id))
 
     def checkpoint_event(self, kind: str, config: Any, checkpoint_id: str | None) -> None:
         """The saver loaded, or is about to write, a checkpoint (``CHECKPOINT_EVENTS``)."""
@@ -507,8 +568,9 @@ class _Session:
         self, ref: OpRef, claimed_at: Any, claimed: bool, status: str, type_: str, blob: bytes
     ) -> _Steps:
         self._count()
-        fence_at = yield _DB, _store(
-            ref, claimed_at, claimed, status, type_, blob, self._sync_commit
+        fence_at = yield (
+            _DB,
+            _store(ref, claimed_at, claimed, status, type_, blob, self._sync_commit),
         )
         self._kept(ref, status, type_, blob, fence_at)
 
@@ -618,8 +680,9 @@ class PostgresJournal:
 
     ``max_result_bytes``: the largest serialised result stored (default 8 MiB).
     ``is_terminal(exc)``: which failures of an op's function are its outcome, stored and
-    raised again on a retry without running it; others (by default what LangGraph's
-    default retry policy retries, e.g. ``ConnectionError``) are not stored.
+    raised again on a retry without running it; others are not stored. By default every
+    failure :func:`is_transient` is not (timeouts, connection errors, HTTP 5xx/408/429
+    are transient).
     ``synchronous_commit=False``: an op's outcome is stored without waiting for the WAL
     flush (Postgres' ``synchronous_commit = off`` for that one transaction). A killed
     *worker* loses nothing; a crash of the *Postgres server* within its WAL writer delay
@@ -668,4 +731,4 @@ class PostgresJournal:
         return _Session(self, attempt or secrets.token_hex(16))
 
 
-__all__ = ["JournalStats", "OpRef", "PostgresJournal"]
+__all__ = ["JournalStats", "OpRef", "PostgresJournal", "is_transient"]

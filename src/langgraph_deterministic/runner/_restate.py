@@ -477,6 +477,7 @@ class RestateJournal:
         return str(self._ctx.request().id)
 
     def open_backend(self) -> _RestateBackend:
+        """A fresh backend for one run, on this journal's Restate context."""
         return _RestateBackend(self._ctx)
 
     @contextmanager

@@ -33,6 +33,7 @@ from langgraph_deterministic._compat.langgraph import (
     incompatible,
     skips_reraise,
 )
+from langgraph_deterministic.errors import ConcurrentRunError
 
 from ._checkpointer import journaled_graph
 from ._context import _KEYED, _SCHEDULER, _SCOPE, KeyedSession, TaskScope
@@ -346,8 +347,17 @@ class DeterministicRunner:
         once, when it returns (see ``_checkpointer``)."""
         async with self._session(config) as cfg:
             run_graph, store = self._pinned(graph)
-            if store is None:
-                return await graph.ainvoke(input, cfg, **kwargs)
+            if store is None:  # a keyed journal: as invoke()
+                session = _KEYED.get()
+                for resumes in range(TWIN_RESUMES + 1):
+                    try:
+                        return await graph.ainvoke(input, cfg, **kwargs)
+                    except ConcurrentRunError as exc:
+                        thread = _lost_to_twin(exc, cfg) if resumes < TWIN_RESUMES else None
+                        holds = getattr(session, "aholds_run", None)
+                        if thread is None or holds is None or not await holds(thread):
+                            raise
+                raise AssertionError("unreachable")  # pragma: no cover
             try:
                 try:
                     out = await run_graph.ainvoke(input, cfg, **kwargs)
@@ -395,14 +405,51 @@ class DeterministicRunner:
 
     def invoke(self, graph: Any, input: Any, config: Any = None, **kwargs: Any) -> Any:
         """``graph.invoke(input, config, **kwargs)`` with journaled durable ops (sync nodes
-        call ``durable_sync``). Keyed journals (``PostgresJournal``) only."""
+        call ``durable_sync``). Keyed journals (``PostgresJournal``) only.
+
+        An attempt that loses a checkpoint race to another attempt of its own run (two
+        deliveries at once) resumes from the winner's checkpoint, up to ``TWIN_RESUMES``
+        times, if it still holds the run in the journal: the attempt admitted last
+        fenced the other off from the run's ops, so it must be the one that finishes
+        the run, whichever of them stored the checkpoint first."""
         with self._sync_session(config) as cfg:
-            return graph.invoke(input, cfg, **kwargs)
+            session = _KEYED.get()
+            for resumes in range(TWIN_RESUMES + 1):
+                try:
+                    return graph.invoke(input, cfg, **kwargs)
+                except ConcurrentRunError as exc:
+                    thread = _lost_to_twin(exc, cfg) if resumes < TWIN_RESUMES else None
+                    holds = getattr(session, "holds_run", None)
+                    if thread is None or holds is None or not holds(thread):
+                        raise
+            raise AssertionError("unreachable")  # pragma: no cover
 
     def stream(self, graph: Any, input: Any, config: Any = None, **kwargs: Any) -> Iterator[Any]:
         """``graph.stream(input, config, **kwargs)`` (any ``stream_mode``) with journaled ops."""
         with self._sync_session(config) as cfg:
             yield from graph.stream(input, cfg, **kwargs)
+
+
+#: How often a keyed-journal call resumes after losing a checkpoint race to an attempt of
+#: its own run (each resume continues from the winner's newer checkpoint).
+TWIN_RESUMES = 3
+
+
+def _lost_to_twin(exc: BaseException, config: Any) -> str | None:
+    """The thread, when ``exc`` is a checkpoint race lost to another attempt of the call's
+    own run (the winner's checkpoints are stored: the call can resume from them)."""
+    from langgraph_deterministic.checkpointer._run_ids import run_id_of
+    from langgraph_deterministic.checkpointer._sqlstate import CHECKPOINT_RACE, LOST_TO_RUN
+
+    thread = ((config or {}).get("configurable") or {}).get("thread_id")
+    if not getattr(exc, CHECKPOINT_RACE, False) or thread is None:
+        return None
+    try:
+        run_id, _ = run_id_of(config)
+    except Exception:
+        return None
+    lost = run_id is not None and getattr(exc, LOST_TO_RUN, None) == run_id
+    return str(thread) if lost else None
 
 
 __all__ = [

@@ -449,27 +449,38 @@ LEFT JOIN lgd_runs r
  AND (head.metadata ->> 'run_id') IS DISTINCT FROM %(run_id)s
 
 -- name: admit
--- The admission of a graph run (migration 0014): sent in the pipeline of its head read.
-SELECT * FROM lgd_admit_v3(%(thread_id)s, %(run_id)s, %(attempt)s, %(strategy)s, %(ttl)s,
+-- The admission of a graph run (migrations 0014, 0024): sent in the pipeline of its head
+-- read.
+SELECT * FROM lgd_admit_v4(%(thread_id)s, %(run_id)s, %(attempt)s, %(strategy)s, %(ttl)s,
                            %(ticket)s::bigint)
 
 -- name: journal_admit
--- The admission of a graph run PostgresJournal drives (migration 0021): lgd_admit_v3, and
--- the attempt registered in the journal; fence_at: the fence check its first op may use.
-SELECT * FROM lgd_journal_admit_v1(%(thread_id)s, %(run_id)s, %(attempt)s, %(strategy)s,
+-- The admission of a graph run PostgresJournal drives (migrations 0021, 0024):
+-- lgd_admit_v4, and the attempt registered in the journal; fence_at: the fence check its
+-- first op may use.
+SELECT * FROM lgd_journal_admit_v2(%(thread_id)s, %(run_id)s, %(attempt)s, %(strategy)s,
                                    %(ttl)s, %(ticket)s::bigint)
+
+-- name: journal_holds_run
+-- Whether an attempt still holds its run in the journal (no other attempt fenced it off):
+-- a PostgresJournal call that lost a checkpoint race to its own run resumes only then.
+SELECT NOT EXISTS (
+    SELECT 1 FROM lgd_journal_attempts a
+    WHERE a.thread_id = %(thread_id)s AND a.attempt = %(attempt)s AND a.fenced_by IS NOT NULL
+)
 
 -- name: journal_unadmit
 -- With unadmit, for a refused journaled admission: its registration undone.
 SELECT lgd_journal_unadmit_v1(%(thread_id)s, %(attempt)s)
 
 -- name: unadmit
-SELECT lgd_unadmit_v3(%(thread_id)s, %(attempt)s, %(run_id)s::text, %(holder_attempt)s::text,
+-- A refused start undoes its admission (migration 0024: and wakes the queue, as a release).
+SELECT lgd_unadmit_v4(%(thread_id)s, %(attempt)s, %(run_id)s::text, %(holder_attempt)s::text,
                       %(expires_at)s::timestamptz, %(ended)s::text, %(strategy)s::text,
                       %(outcome)s::text, %(acquired_at)s::timestamptz)
 
 -- name: release_lease
-SELECT lgd_release_v3(%(thread_id)s, %(attempt)s, %(ended)s)
+SELECT lgd_release_v4(%(thread_id)s, %(run_id)s, %(attempt)s, %(ended)s)
 
 -- name: release_lease_lazy
 -- The release alone in its transaction (no pending writes ride with it: the usual case),
@@ -478,7 +489,15 @@ SELECT lgd_release_v3(%(thread_id)s, %(attempt)s, %(ended)s)
 -- writer, or the next commit that flushes, at most ~3 x wal_writer_delay): lost to a server
 -- crash, the lease is as a crashed worker's, it expires. Everything the run wrote before
 -- was committed durably by then.
-SELECT lgd_release_v3(%(thread_id)s, %(attempt)s, %(ended)s),
+SELECT lgd_release_v4(%(thread_id)s, %(run_id)s, %(attempt)s, %(ended)s),
+       set_config('synchronous_commit', 'off', true)
+
+-- name: abandon_lease
+-- The release of an attempt whose call raised before it stored anything (migration 0024):
+-- its admission undone, the queue woken. Committed as release_lease_lazy is.
+SELECT lgd_unadmit_v4(%(thread_id)s, %(attempt)s, %(run_id)s::text, %(holder_attempt)s::text,
+                      %(expires_at)s::timestamptz, %(ended)s::text, %(strategy)s::text,
+                      %(outcome)s::text, %(acquired_at)s::timestamptz),
        set_config('synchronous_commit', 'off', true)
 
 -- name: mark_interrupted
@@ -493,9 +512,12 @@ WHERE r.thread_id = %(thread_id)s AND r.run_id = %(run_id)s AND r.status = 'runn
   AND l.thread_id = r.thread_id AND l.attempt = %(attempt)s AND l.ended IS NULL
 
 -- name: renew_leases
--- The heartbeat of the graph runs in flight in one process (one statement for all).
-UPDATE lgd_leases SET expires_at = now() + ttl
-WHERE thread_id = ANY(%(threads)s) AND attempt = ANY(%(attempts)s) AND ended IS NULL
+-- The heartbeat of the graph runs in flight in one process (one statement for all): the
+-- lease of each (thread, run), whichever attempt of the run it names (a retry that took
+-- it over and then lost the race to this attempt left it so).
+UPDATE lgd_leases l SET expires_at = now() + l.ttl
+FROM unnest(%(threads)s::text[], %(runs)s::text[]) AS h (thread_id, run_id)
+WHERE l.thread_id = h.thread_id AND l.run_id = h.run_id AND l.ended IS NULL
 
 -- name: leave_queue
 DELETE FROM lgd_queue WHERE thread_id = %(thread_id)s AND ticket = %(ticket)s
