@@ -10,6 +10,9 @@ Celery with ``acks_late=True`` and ``task_reject_on_worker_lost=True``:
   message while the first is still working on it.
 
 The task id names the call, so it is the LangGraph run id.
+
+The same on a real Redis broker with ``celery worker`` processes, with
+``langgraph_deterministic.celery``: ``examples/celery_agent.py``.
 """
 
 from __future__ import annotations

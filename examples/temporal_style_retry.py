@@ -8,7 +8,12 @@ Temporal's semantics for an activity with a retry policy and a heartbeat timeout
 * if a worker goes silent (a pod paused, a network partition), Temporal starts the next
   attempt elsewhere while the old one may still be running: a zombie;
 * Temporal's own run id changes between workflow runs, so the LangGraph run id is built
-  from the workflow id and the activity's name: stable across every attempt of one call.
+  from the workflow id and a step key the workflow passes in the activity's arguments
+  (``"turn-1"``): stable across every attempt of one call, new for every turn (the
+  activity's name would repeat on every turn).
+
+The same on a real Temporal server, with ``langgraph_deterministic.temporal``:
+``examples/temporal_agent.py``.
 """
 
 from __future__ import annotations
@@ -58,9 +63,11 @@ def build_graph(saver: DeterministicSaver, *, crash_in_ship: bool = False,
     return graph.compile(checkpointer=saver)
 
 
-def process_order_activity(graph: Any, workflow_id: str, order_id: str) -> dict[str, Any]:
-    """The activity: one graph call. Its run id is derived from the workflow id."""
-    config = run_config(thread_id=f"order-{order_id}", run_id=f"{workflow_id}:process-order")
+def process_order_activity(
+    graph: Any, workflow_id: str, order_id: str, step: str = "turn-1"
+) -> dict[str, Any]:
+    """The activity: one graph call. Its run id: the workflow id and the step."""
+    config = run_config(thread_id=f"order-{order_id}", run_id=f"{workflow_id}:{step}")
     result: dict[str, Any] = graph.invoke({"order_id": order_id}, config, durability="sync")
     return result
 
@@ -114,7 +121,7 @@ def main() -> None:
             print("  zombie:", outcome[0])
             assert outcome == ["zombie refused: ConcurrentRunError"]
             assert CHARGES.count(f"B{suffix}") == 1
-            run = saver.get_run(f"order-B{suffix}", f"wf2-{suffix}:process-order")
+            run = saver.get_run(f"order-B{suffix}", f"wf2-{suffix}:turn-1")
             assert run is not None
             print(f"  ledger: status={run.status} attempts={run.attempts}")
 

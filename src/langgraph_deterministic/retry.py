@@ -1,0 +1,92 @@
+"""Retry a graph call without an orchestrator: a plain loop, a cron job, a Kubernetes Job.
+
+The run id must come from outside the process (a job's name, a message id, a key in the
+job's spec), so that a restarted pod resumes the same run instead of starting a new one.
+Inside the process, :func:`call_with_retries` retries what :func:`is_retryable` calls
+transient (another attempt or run holds the thread, the database is down) with backoff and
+raises everything else at once. A Kubernetes Job ends the process with
+:func:`exit_code`: ``EXIT_TRANSIENT`` (75, ``EX_TEMPFAIL``) lets the Job's ``backoffLimit``
+restart the pod, anything else can end the Job through a ``podFailurePolicy``
+(docs/how-to/retry-loops.md).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
+from langgraph_deterministic.errors import is_retryable
+
+__all__ = [
+    "EXIT_PERMANENT",
+    "EXIT_TRANSIENT",
+    "acall_with_retries",
+    "backoff",
+    "call_with_retries",
+    "exit_code",
+]
+
+T = TypeVar("T")
+
+EXIT_TRANSIENT = 75
+"""Exit code of a process whose graph call failed transiently (``EX_TEMPFAIL``)."""
+EXIT_PERMANENT = 3
+"""Exit code of a process whose graph call failed for good (retrying cannot help)."""
+
+
+def backoff(attempt: int, *, base: float = 0.5, cap: float = 30.0) -> float:
+    """Seconds to wait after failed attempt number ``attempt`` (1, 2, ...):
+    ``base * 2**(attempt - 1)``, at most ``cap``."""
+    return float(min(cap, base * 2 ** min(max(attempt - 1, 0), 30)))
+
+
+def call_with_retries(
+    fn: Callable[[], T],
+    *,
+    attempts: int = 8,
+    delay: Callable[[int], float] = backoff,
+    retry_if: Callable[[BaseException], bool] = is_retryable,
+    sleep: Callable[[float], Any] = time.sleep,
+) -> T:
+    """``fn()``, called again after an exception ``retry_if`` accepts (by default our
+    transient errors), at most ``attempts`` times in all; the last error is raised."""
+    if attempts < 1:
+        raise ValueError(f"attempts must be >= 1, got {attempts!r}")
+    for attempt in range(1, attempts + 1):
+        try:
+            return fn()
+        except Exception as exc:
+            if attempt == attempts or not retry_if(exc):
+                raise
+            sleep(delay(attempt))
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+async def acall_with_retries(
+    fn: Callable[[], Awaitable[T]],
+    *,
+    attempts: int = 8,
+    delay: Callable[[int], float] = backoff,
+    retry_if: Callable[[BaseException], bool] = is_retryable,
+) -> T:
+    """Async :func:`call_with_retries`: ``await fn()``."""
+    if attempts < 1:
+        raise ValueError(f"attempts must be >= 1, got {attempts!r}")
+    for attempt in range(1, attempts + 1):
+        try:
+            return await fn()
+        except Exception as exc:
+            if attempt == attempts or not retry_if(exc):
+                raise
+            await asyncio.sleep(delay(attempt))
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+def exit_code(exc: BaseException | None) -> int:
+    """The exit code for a job process: 0 (no error), :data:`EXIT_TRANSIENT` for an error
+    a later attempt of the same run can get past, :data:`EXIT_PERMANENT` otherwise."""
+    if exc is None:
+        return 0
+    return EXIT_TRANSIENT if is_retryable(exc) else EXIT_PERMANENT
