@@ -44,7 +44,8 @@ PG_CACHE = Path(os.environ.get("LGD_PG_CACHE", "/tmp/lgd-postgres"))
 
 #: The focused subset: the database-free unit tests, the private names we rely on, the
 #: saver's contract (rows, round trips, time travel with subgraphs), the runner's
-#: semantics, and one runner end to end on a real restate-server.
+#: semantics, one runner end to end on a real restate-server, and the Temporal and Celery
+#: glue (mapping, heartbeats, retries on a real Postgres).
 SUBSET = [
     "tests/unit",
     "tests/compat",
@@ -52,6 +53,7 @@ SUBSET = [
     "tests/contract/test_time_travel.py",
     "tests/runner/test_runner_semantics.py",
     "tests/runner/test_restate_e2e.py::test_example_service_runs_under_forced_replay",
+    "tests/orchestrators/test_glue.py",
 ]
 #: Left to the main combination: tests that start a Python per case to take a name away
 #: (how we react to a moved name does not depend on the versions installed).
@@ -166,7 +168,7 @@ def prepare(combo: Combination) -> Path:
 
 def versions(python: Path) -> str:
     dists = ("langgraph", "langgraph-checkpoint", "langgraph-checkpoint-postgres", "psycopg",
-             "psycopg-pool", "restate-sdk")  # fmt: skip
+             "psycopg-pool", "restate-sdk", "temporalio", "celery")  # fmt: skip
     code = (
         "import importlib.metadata as m, sys\n"
         f"print(' '.join(f'{{d}}=={{m.version(d)}}' for d in {dists!r}), "

@@ -223,9 +223,13 @@ def test_version_flag_through_main(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 def _floors() -> dict[str, str]:
-    """Each requirement's floor in pyproject.toml (dependencies and the restate extra)."""
+    """Each requirement's floor in pyproject.toml (dependencies and the restate, temporal
+    and celery extras)."""
     floors = {}
-    for requirement in [*PROJECT["dependencies"], *PROJECT["optional-dependencies"]["restate"]]:
+    extras = PROJECT["optional-dependencies"]
+    for requirement in [
+        *PROJECT["dependencies"], *extras["restate"], *extras["temporal"], *extras["celery"]
+    ]:  # fmt: skip
         found = re.match(r"([A-Za-z0-9_.-]+)(?:\[[^\]]*\])?>=([0-9.]+)", requirement)
         assert found, requirement
         floors[found.group(1)] = found.group(2)
