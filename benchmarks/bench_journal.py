@@ -197,7 +197,14 @@ def _wal_counters(dsn: str) -> tuple[int, int]:
 
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute("SELECT pg_stat_force_next_flush()")
-        row = conn.execute("SELECT wal_records, wal_sync FROM pg_stat_wal").fetchone()
+        # PostgreSQL 18 moved the WAL's fsync count from pg_stat_wal to pg_stat_io
+        if conn.info.server_version >= 180000:
+            row = conn.execute(
+                "SELECT (SELECT wal_records FROM pg_stat_wal), (SELECT sum(fsyncs) FROM "
+                "pg_stat_io WHERE object = 'wal')"
+            ).fetchone()
+        else:
+            row = conn.execute("SELECT wal_records, wal_sync FROM pg_stat_wal").fetchone()
     assert row is not None
     return int(row[0]), int(row[1])
 
