@@ -99,10 +99,10 @@ class WriteBuffer:
         key: Key,
         statements: Sequence[Statement],
         loop: asyncio.AbstractEventLoop | None,
-    ) -> bool:
+    ) -> None:
         """Keep ``statements`` for the put that continues ``key`` or, when that put has
         been made already, for the run's next put (``LATE``). ``loop``: the event loop of
-        an async run (its timed store runs there), None for a sync run. True: kept."""
+        an async run (its timed store runs there), None for a sync run."""
         with self._lock:
             run = self._runs.get(attempt)
             if run is None:
@@ -112,14 +112,13 @@ class WriteBuffer:
             waiting = run.pending.get(key)
             if waiting is not None:
                 waiting.extend(statements)
-                return True
+                return
             run.pending[key] = list(statements)
             run.due[key] = time.monotonic() + self.window
             if loop is not None:
                 run.timers[key] = loop.call_later(self.window, self._afire, attempt, key)
         if loop is None:
             self._timer.kick()
-        return True
 
     def take(self, attempt: str, key: Key, *, seal: bool) -> tuple[list[Statement], Waiter | None]:
         """The writes waiting for ``key`` (for the put continuing it: ``seal``, so a

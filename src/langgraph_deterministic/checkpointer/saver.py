@@ -518,10 +518,8 @@ class DeterministicSaver(Lifecycle, Connections, BaseCheckpointSaver[str]):
         except StopIteration:
             return None
         op.close()
-        if buffer.add(attempt, thread_id, key, batch.statements, loop):
-            return None
-        # The put continuing this checkpoint went out already: store them on their own.
-        return _core.put_writes(self._codec, config, writes, task_id, task_path, self.contract)
+        buffer.add(attempt, thread_id, key, batch.statements, loop)
+        return None
 
     def _put_op(
         self,
