@@ -409,3 +409,29 @@ async def test_a_sync_call_on_the_event_loop_is_an_invalid_state_error(db: str) 
             saver.get_tuple(config)
         assert isinstance(info.value, ConfigurationError)
         assert await asyncio.to_thread(saver.get_tuple, config) is None
+
+
+# --- a direct put naming a parent the database never held (LangGraph's test_null_chars) --
+
+
+@pytest.mark.parametrize("policy", ["warn", "off"])
+def test_a_direct_put_without_run_id_may_name_an_absent_parent(db: str, policy: str) -> None:
+    """The parent check against checkpoints lost in a failover covers writes with a run id;
+    a direct put without one names any parent, as PostgresSaver allows."""
+    with DeterministicSaver(db, run_id_policy=policy) as saver:  # type: ignore[arg-type]
+        _put_on_an_absent_parent(saver, f"absent-parent-{policy}-{uuid.uuid4()}")
+
+
+def test_the_peer_takes_a_direct_put_on_an_absent_parent(peer: PostgresSaver) -> None:
+    _put_on_an_absent_parent(peer, f"absent-parent-peer-{uuid.uuid4()}")
+
+
+def _put_on_an_absent_parent(saver: BaseCheckpointSaver[Any], thread: str) -> None:
+    config: RunnableConfig = {
+        "configurable": {"thread_id": thread, "checkpoint_ns": "", "checkpoint_id": "1"}
+    }
+    stored = saver.put(config, empty_checkpoint(), {"my_key": "\x00abc"}, {})
+    found = saver.get_tuple(stored)
+    assert found is not None and found.metadata["my_key"] == "abc"
+    assert found.parent_config is not None
+    assert found.parent_config["configurable"]["checkpoint_id"] == "1"

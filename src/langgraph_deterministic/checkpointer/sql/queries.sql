@@ -547,12 +547,14 @@ WHERE r.thread_id = %(thread_id)s AND r.run_id = %(run_id)s
 -- name: guarded_put_checkpoint
 -- upsert_checkpoint with the arbitration of migration 0016 (the lease, one child per
 -- attempt lineage, the ledger) in one statement; closes/closes_run: contract.guard_put.
--- Then the parent must exist (migration 0025, LG414: lost in a failover).
+-- Then, for a write with a run id, the parent must exist (migration 0025, LG414: lost in
+-- a failover); a direct put without one may name any parent, as with PostgresSaver.
 SELECT lgd_put_checkpoint_v6(
     %(thread_id)s, %(checkpoint_ns)s, %(checkpoint_id)s, %(parent_checkpoint_id)s::text,
     %(checkpoint)s, %(metadata)s, %(run_id)s::text, %(attempt)s::text,
     %(fingerprint)s::text, %(ledger)s, %(branch)s, %(closes)s::text, %(closes_run)s::text),
-    lgd_require_parent_v1(%(thread_id)s, %(checkpoint_ns)s, %(parent_checkpoint_id)s::text)
+    lgd_require_parent_v1(%(thread_id)s, %(checkpoint_ns)s,
+        CASE WHEN %(run_id)s::text IS NOT NULL THEN %(parent_checkpoint_id)s::text END)
 
 -- name: select_parent_progress
 -- The parent of a root write outside a graph run (contract.needs_parent): its run and its
