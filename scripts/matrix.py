@@ -27,6 +27,7 @@ Prints a table (combination -> passed/failed, seconds) and exits non-zero if one
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shutil
 import subprocess
@@ -41,6 +42,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 VENVS = ROOT / ".matrix"
 PG_CACHE = Path(os.environ.get("LGD_PG_CACHE", "/tmp/lgd-postgres"))
+LOWEST = ROOT / "scripts" / "matrix-lowest.txt"
+#: The direct dependencies whose versions the matrix varies and prints.
+DISTS = ("langgraph", "langgraph-checkpoint", "langgraph-checkpoint-postgres", "psycopg",
+         "psycopg-pool", "restate-sdk", "temporalio", "celery")  # fmt: skip
 
 #: The focused subset: the database-free unit tests, the private names we rely on, the
 #: saver's contract (rows, round trips, time travel with subgraphs), the runner's
@@ -103,15 +108,28 @@ def _runs(python: str, version: str) -> bool:
     return out.returncode == 0 and out.stdout.strip() == version
 
 
-def uv() -> list[str]:
-    """The uv command (installed into this interpreter with pip when missing)."""
+def uv() -> str:
+    """The uv binary: on PATH, else the one the ``uv`` package ships (installed into this
+    interpreter with pip when missing). Never ``python -m uv``: that wrapper tells uv it was
+    spawned by this interpreter, and uv then installs into *this* environment whatever
+    ``VIRTUAL_ENV`` says, downgrading the venv that runs the matrix."""
     if found := shutil.which("uv"):
-        return [found]
+        return found
     try:
-        import uv as _uv  # noqa: F401
+        from uv import find_uv_bin
     except ImportError:
         subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "uv"], check=True)
-    return [sys.executable, "-m", "uv"]
+        from uv import find_uv_bin
+    return str(find_uv_bin())
+
+
+def _uv_env() -> dict[str, str]:
+    """The environment for uv: no venv of the caller's, no parent interpreter, no download
+    of a Python of uv's own; every target is named with ``--python``."""
+    drop = {"VIRTUAL_ENV", "UV_INTERNAL__PARENT_INTERPRETER", "CONDA_PREFIX", "PYTHONHOME"}
+    env = {k: v for k, v in os.environ.items() if k not in drop}
+    env["UV_PYTHON_DOWNLOADS"] = "never"
+    return env
 
 
 def postgres_bin(version: str) -> Path:
@@ -151,31 +169,75 @@ def postgres_bin(version: str) -> Path:
 
 
 def prepare(combo: Combination) -> Path:
-    """A venv holding the project (editable) and the test extra at ``combo``'s versions."""
+    """A venv holding the project (editable) and the test extra at ``combo``'s versions,
+    checked before anything runs in it."""
     python = find_python(combo.python)
-    env = {**os.environ, "UV_PYTHON_DOWNLOADS": "never", "VIRTUAL_ENV": str(combo.venv)}
-    if not (combo.venv / "bin" / "python").exists():
-        subprocess.run([*uv(), "venv", "--quiet", "--python", python, str(combo.venv)],
+    env = _uv_env()
+    target = combo.venv / "bin" / "python"
+    if not target.exists():
+        subprocess.run([uv(), "venv", "--quiet", "--python", python, str(combo.venv)],
                        check=True, env=env)  # fmt: skip
-    install = [*uv(), "pip", "install", "--quiet", "-e", f"{ROOT}[test]"]
+    install = [uv(), "pip", "install", "--quiet", "--python", str(target), "-e", f"{ROOT}[test]"]
     if combo.resolution == "lowest":
-        install += ["--constraint", str(ROOT / "scripts" / "matrix-lowest.txt")]
+        install += ["--constraint", str(LOWEST)]
     else:
         install += ["--upgrade"]
     subprocess.run(install, check=True, env=env)
-    return combo.venv / "bin" / "python"
+    check_installed(combo, target)
+    return target
 
 
-def versions(python: Path) -> str:
-    dists = ("langgraph", "langgraph-checkpoint", "langgraph-checkpoint-postgres", "psycopg",
-             "psycopg-pool", "restate-sdk", "temporalio", "celery")  # fmt: skip
+def lowest_pins() -> dict[str, str]:
+    """``scripts/matrix-lowest.txt`` as {distribution: version}."""
+    pins = {}
+    for line in LOWEST.read_text().splitlines():
+        line = line.split("#", 1)[0].strip()
+        if line:
+            name, _, version = line.partition("==")
+            pins[name.strip().lower()] = version.strip()
+    return pins
+
+
+def installed_versions(python: Path | str) -> dict[str, str]:
+    """{distribution: version} of ``DISTS`` (a missing one is absent) and ``python``, as
+    that interpreter itself sees them."""
     code = (
-        "import importlib.metadata as m, sys\n"
-        f"print(' '.join(f'{{d}}=={{m.version(d)}}' for d in {dists!r}), "
-        "'python=='+sys.version.split()[0])"
+        "import importlib.metadata as m, json, sys\n"
+        "found = {}\n"
+        f"for d in {DISTS!r}:\n"
+        "    try: found[d] = m.version(d)\n"
+        "    except m.PackageNotFoundError: pass\n"
+        "found['python'] = sys.version.split()[0]\n"
+        "print(json.dumps(found))"
     )
-    return subprocess.run([str(python), "-c", code], capture_output=True, text=True,
-                          check=True).stdout.strip()  # fmt: skip
+    out = subprocess.run([str(python), "-c", code], capture_output=True, text=True, check=True)
+    return dict(json.loads(out.stdout))
+
+
+def check_installed(combo: Combination, python: Path) -> None:
+    """Fail before any test runs unless ``python`` holds every direct dependency (at the
+    pins of ``scripts/matrix-lowest.txt`` for the lowest combination) on its Python."""
+    found = installed_versions(python)
+    problems = [f"{d} is not installed" for d in DISTS if d not in found]
+    if not found["python"].startswith(combo.python + "."):
+        problems.append(f"Python is {found['python']}, not {combo.python}")
+    if combo.resolution == "lowest":
+        pins = lowest_pins()
+        problems += [
+            f"{d}=={found[d]} where scripts/matrix-lowest.txt pins {pins[d]}"
+            for d in DISTS if d in found and d in pins and found[d] != pins[d]
+        ]  # fmt: skip
+    if problems:
+        raise SystemExit(
+            f"error: the {combo.name} venv ({combo.venv}) does not hold what it should: "
+            + "; ".join(problems)
+            + f". Fix: delete {combo.venv} and run the matrix again."
+        )
+
+
+def versions(python: Path | str) -> str:
+    found = installed_versions(python)
+    return " ".join(f"{d}=={found.get(d, 'missing')}" for d in (*DISTS, "python"))
 
 
 def run(combo: Combination, full: bool, pytest_args: list[str]) -> tuple[bool, float, str]:
@@ -209,10 +271,19 @@ def main(argv: list[str] | None = None) -> int:
         for c in COMBINATIONS:
             print(f"{c.name}: Python {c.python}, {c.resolution} versions, PostgreSQL {c.postgres}")
         return 0 if args.list else 2
+    # The matrix must never change the venv that runs it: its versions before and after.
+    before = versions(sys.executable)
+    print(f"== this venv ({sys.prefix}) before: {before}", flush=True)
     results = [(c, *run(c, args.full, args.pytest_args)) for c in chosen]
+    after = versions(sys.executable)
+    print(f"== this venv after:  {after}")
     print("\ncombination             result  seconds  versions")
     for combo, ok, seconds, installed in results:
         print(f"{combo.name:<23} {'passed' if ok else 'FAILED':<7} {seconds:7.0f}  {installed}")
+    if after != before:
+        print(f"error: the matrix changed the venv that runs it ({sys.prefix}): "
+              f"{before} became {after}", file=sys.stderr)  # fmt: skip
+        return 1
     return 0 if all(ok for _, ok, _, _ in results) else 1
 
 
