@@ -177,7 +177,8 @@ def _service_account() -> tuple[int, int] | None:
     try:
         entry = pwd.getpwnam(SYSTEM_BACKEND_USER)
     except KeyError:
-        useradd = shutil.which("useradd")
+        # root's PATH may lack the sbin directories (a minimal CI environment)
+        useradd = shutil.which("useradd") or shutil.which("useradd", path="/usr/sbin:/sbin")
         if useradd is None:
             raise ConfigurationError(
                 "Postgres refuses to run as root and `useradd` is missing, so the OS user "
