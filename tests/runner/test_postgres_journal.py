@@ -340,7 +340,11 @@ def test_a_fenced_attempt_runs_no_op_and_stores_no_result(saver: DeterministicSa
     results: dict[str, Any] = {}
 
     def attempt(name: str) -> None:
-        runner = DeterministicRunner(journal=PostgresJournal(saver))
+        # A runs pay on its admission (claim-ahead), whatever the machine's load: with the
+        # default 0.1 s window a busy machine let A claim first, and B then took A's claim
+        # over (executions 2). B claims before its op.
+        claim_ahead = 60 if name == "A" else 0
+        runner = DeterministicRunner(journal=PostgresJournal(saver, claim_ahead=claim_ahead))
         try:
             results[name] = runner.invoke(graph, {"r": []}, config, durability="sync")
         except BaseException as exc:
