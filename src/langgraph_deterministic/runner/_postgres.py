@@ -66,7 +66,6 @@ import psycopg.errors
 from langgraph_deterministic._compat.langgraph import var_child_runnable_config
 from langgraph_deterministic.checkpointer._batch import Batch, Statement
 from langgraph_deterministic.checkpointer._queries import queries
-from langgraph_deterministic.checkpointer._sqlstate import CHECKPOINT_RACE, LOST_TO_RUN
 from langgraph_deterministic.checkpointer.contract import GRAPH_RUN_MARKER, RUN_ID_KEY
 from langgraph_deterministic.errors import (
     ConcurrentRunError,
@@ -187,18 +186,18 @@ class JournalStats:
 
 def _lost(ref: OpRef, exc: BaseException) -> ConcurrentRunError:
     detail = getattr(getattr(exc, "diag", None), "message_detail", None) or str(exc)
-    error = ConcurrentRunError(
+    return ConcurrentRunError(
         f"Durable op {ref.op_key!r} of task {ref.task_ns!r} on thread {ref.thread_id!r} was "
         f"not run: this attempt has lost the thread ({detail}). Another attempt of the run "
         "(a retry, while this one was still alive) took over. Stop this attempt: the other "
-        "one continues from what the journal and the checkpoints hold."
+        "one continues from what the journal and the checkpoints hold.",
+        # Lost to an attempt of its own run: its release leaves the lease to that one.
+        # When the other attempt only continued the checkpoint (this one still holds
+        # the run in the journal), the call may resume from its checkpoint
+        # (DeterministicRunner).
+        lost_to_run=ref.run_id,
+        checkpoint_race=True,
     )
-    # Lost to an attempt of its own run: its release leaves the lease to that one. When
-    # the other attempt only continued the checkpoint (this one still holds the run in
-    # the journal), the call may resume from its checkpoint (DeterministicRunner).
-    setattr(error, LOST_TO_RUN, ref.run_id)
-    setattr(error, CHECKPOINT_RACE, True)
-    return error
 
 
 def _claim(ref: OpRef) -> Generator[Batch, Any, list[tuple[Any, ...]]]:
