@@ -51,6 +51,12 @@ import psycopg
 from langchain_core.messages import BaseMessage
 from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 
+from langgraph_deterministic._messages import (
+    as_messages,
+    input_readings,
+    key,
+    unanswered_calls,
+)
 from langgraph_deterministic.errors import (
     DatabaseUnavailableError,
     DeterministicError,
@@ -62,12 +68,6 @@ from langgraph_deterministic.ops import (
     _connect,
     _priority,
     queries,
-)
-from langgraph_deterministic.ops._messages import (
-    as_messages,
-    input_readings,
-    key,
-    unanswered_calls,
 )
 
 __all__ = ["AuditReport", "Finding", "HeadState", "audit", "unanswered_calls"]
@@ -286,7 +286,7 @@ class AuditError(DeterministicError):
 
 def input_key(values: dict[str, Any], messages_channel: str) -> Any:
     """What an input checkpoint applied, comparable between two attempts: the messages
-    channel as LangGraph read it (:func:`~langgraph_deterministic.ops._messages.as_messages`:
+    channel as LangGraph read it (:func:`~langgraph_deterministic._messages.as_messages`:
     every input form, ids aside), other channels by value."""
     out = []
     for channel, value in sorted(values.items()):
