@@ -172,11 +172,13 @@ def surely_answered(blob: bytes) -> bool:
     without decoding it (about 100x cheaper than the serde). False means "decode to
     know": the blob did not have the expected shape, or a call may be unanswered."""
     calls = blob.count(TOOL_CALL_MARK)
-    ids = [v for v, end in _strs_after(blob, b"\xa2id") if blob.startswith(_CALL_TAIL, end)]
+    ids = [(v, end) for v, end in _strs_after(blob, b"\xa2id") if blob.startswith(_CALL_TAIL, end)]
     if len(ids) != calls:
         return False
-    answers = {v for v, _ in _strs_after(blob, _ANSWER_KEY)}
-    return all(i in answers for i in ids)
+    # An answer counts after its call only (_messages.unanswered_calls): the blob holds
+    # the messages in order, so the last answer of each id must lie past the call.
+    last_answer = {v: end for v, end in _strs_after(blob, _ANSWER_KEY)}
+    return all(last_answer.get(i, -1) > at for i, at in ids)
 
 
 @dataclass(frozen=True, slots=True)
