@@ -17,22 +17,19 @@ docs/explanation/architecture.md, "The journal's round trips and fence"):
 
 0. The run's admission (the saver's start of a graph run under ``run_config``) registers
    the attempt in the journal inside the statement it sends anyway
-   (``lgd_journal_admit_v1``, migration 0021: the takeover a first claim would make) and
+   (``lgd_journal_admit_v2``: the takeover a first claim would make) and
    hands the session its fence check (``JOURNAL_ADMISSION``, :meth:`_Session.admitted`):
    the run's first op runs on it, as in 2.
 1. The first op of a task whose checkpoint the run did not create (it loaded it: a
    retry, a resumed interrupt), and a run's first op without an admission, sends
-   ``lgd_journal_claim_v2``
-   (migration 0013): the claim of ``lgd_journal_claim_v1`` (0012: returns the op's stored
-   outcome or claims it for this attempt; raises ``LG430`` if the attempt lost the thread,
-   and then ``fn`` never runs), plus every other op the task has in the journal. The
+   ``lgd_journal_claim_v2``: it returns the op's stored outcome or claims it for this
+   attempt (``LG430`` if the attempt lost the thread, and then ``fn`` never runs), plus
+   every other op the task has in the journal. The
    task's replayed ops need no statement at all. A claim is not waited on for the WAL
    flush: a lost claim is an op not yet claimed.
 2. Every outcome (result, or terminal error) is stored by ``lgd_journal_store_v4``
-   (migration 0025: ``lgd_journal_store_v3`` of 0020, which is ``lgd_journal_store_v2``
-   of 0013 in fewer statements, telling a claim or registration the database lost in a
-   failover from a takeover), and
-   durably committed (the WAL flushed, unless ``synchronous_commit=False``), before it is
+   (which tells a claim or registration the database lost in a failover from a
+   takeover), and durably committed (the WAL flushed, unless ``synchronous_commit=False``), before it is
    returned; the same statement checks the fence - the attempt is not fenced off, its
    checkpoint not continued, nobody else holds the thread's lease - under the same row
    lock a claim takes. A new op that starts within ``claim_ahead`` seconds of that answer
@@ -384,7 +381,7 @@ class _Session:
 
     def admitted(self, saver: Any, held: HeldLease, asked: float) -> None:
         """The saver admitted this attempt's graph run and registered the attempt in the
-        journal in the same statement (``JOURNAL_ADMISSION``, ``lgd_journal_admit_v1``): a
+        journal in the same statement (``JOURNAL_ADMISSION``, ``lgd_journal_admit_v2``): a
         fence check, as a first claim's, that the first op of a task of a checkpoint the
         run creates may start on (``asked``: when the admission was sent, so the fence is
         no fresher than it looks)."""

@@ -645,24 +645,9 @@ SELECT op_key, status, type, blob, claimed_at, fence_at FROM lgd_journal_claim_v
     %(thread_id)s, %(task_ns)s, %(op_key)s, %(checkpoint_ns)s, %(checkpoint_id)s,
     %(run_id)s::text, %(attempt)s)
 
--- name: journal_store_v2
--- Store a durable op's outcome; fence_at: the fence check the task's next op may start on.
-SELECT stored, fence_at FROM lgd_journal_store_v2(
-    %(thread_id)s, %(task_ns)s, %(op_key)s, %(checkpoint_ns)s, %(checkpoint_id)s,
-    %(run_id)s::text, %(attempt)s, %(claimed)s, %(fence_at)s::timestamptz, %(status)s,
-    %(type)s, %(blob)s)
-
--- name: journal_store_v3
--- Store a durable op's outcome (migration 0020); fence_at: the fence check a next op may
--- start on.
-SELECT stored, fence_at FROM lgd_journal_store_v3(
-    %(thread_id)s, %(task_ns)s, %(op_key)s, %(checkpoint_ns)s, %(checkpoint_id)s,
-    %(run_id)s::text, %(attempt)s, %(claimed)s, %(fence_at)s::timestamptz, %(status)s,
-    %(type)s, %(blob)s)
-
 -- name: journal_store_v4
--- Store a durable op's outcome (migration 0025: as journal_store_v3; lost: the attempt's
--- registration is gone from the database, e.g. after a failover).
+-- Store a durable op's outcome (migration 0025); fence_at: the fence check a next op may
+-- start on; lost: the attempt's registration is gone from the database (a failover).
 SELECT stored, fence_at, lost FROM lgd_journal_store_v4(
     %(thread_id)s, %(task_ns)s, %(op_key)s, %(checkpoint_ns)s, %(checkpoint_id)s,
     %(run_id)s::text, %(attempt)s, %(claimed)s, %(fence_at)s::timestamptz, %(status)s,
