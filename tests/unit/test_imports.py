@@ -87,7 +87,9 @@ def test_the_graph_sees_every_kind_of_import() -> None:
     saver = f"{PACKAGE}.checkpointer.saver"
     assert f"{PACKAGE}.errors" in graph[saver]  # absolute
     assert f"{PACKAGE}.runner._ordering" in graph[f"{PACKAGE}.runner._runner"]  # relative
-    assert f"{PACKAGE}.checkpointer._run_ids" in graph[f"{PACKAGE}.runner._runner"]  # in a def
+    assert f"{PACKAGE}.ops.cli" in graph[f"{PACKAGE}.cli"]  # in a def only
+    assert f"{PACKAGE}.ops.repair" in graph[f"{PACKAGE}.ops.cli"]  # under TYPE_CHECKING (too)
+    assert f"{PACKAGE}._db.migrate" in graph[f"{PACKAGE}.checkpointer.saver"]  # import as
 
 
 def test_cycles_finds_a_cycle() -> None:
@@ -99,3 +101,43 @@ def test_the_package_has_no_import_cycle() -> None:
     """A cycle, even one broken at runtime by ``TYPE_CHECKING`` or a function-level import,
     means two modules that cannot be understood (or moved) apart."""
     assert cycles(import_graph()) == []
+
+
+def private_imports(graph: dict[str, set[str]]) -> list[tuple[str, str]]:
+    """(importer, module) for every import of a package's underscore module (or of a
+    module inside an underscore package) from outside that package: ``a.b._c`` may be
+    imported by ``a.b`` and what is below it, nothing else."""
+    found = []
+    for importer, targets in graph.items():
+        for target in targets:
+            parts = target.split(".")
+            for i, part in enumerate(parts[1:], start=1):
+                owner = ".".join(parts[:i])
+                private = part.startswith("_") and not part.startswith("__")
+                if private and not (importer == owner or importer.startswith(owner + ".")):
+                    found.append((importer, target))
+                    break
+    return sorted(found)
+
+
+def test_private_imports_finds_a_reach_into_another_package() -> None:
+    graph = {
+        "p.runner.journal": {"p.checkpointer._core", "p._db.batch", "p.runner._context"},
+        "p.ops.audit": {"p._db._internal.x"},
+        "p.checkpointer.saver": {"p.checkpointer._core", "p._db._internal.x"},
+        "p._db.drivers": {"p._db._internal.x"},
+    }
+    assert private_imports(graph) == [
+        ("p.checkpointer.saver", "p._db._internal.x"),
+        ("p.ops.audit", "p._db._internal.x"),
+        ("p.runner.journal", "p.checkpointer._core"),
+    ]
+
+
+def test_no_module_imports_another_packages_underscore_modules() -> None:
+    """Each package keeps its underscore modules to itself; what others use goes through
+    its public modules (``checkpointer.saver``, ``checkpointer.contract``, ``ops.cli``)
+    or lives in a layer below both (``_db``, ``_compat``, ``_messages``: underscore
+    names of the root package, for its subpackages only). See
+    docs/explanation/architecture.md, "Who may import whom"."""
+    assert private_imports(import_graph()) == []

@@ -22,7 +22,7 @@ from psycopg.conninfo import conninfo_to_dict
 from psycopg.rows import tuple_row
 from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
-from langgraph_deterministic.checkpointer import _migrate
+from langgraph_deterministic._db import migrate as _migrate
 from langgraph_deterministic.checkpointer._lifecycle import _close_with_loop
 from langgraph_deterministic.checkpointer._translate import translate_error
 from langgraph_deterministic.errors import ConfigurationError, SaverClosedError

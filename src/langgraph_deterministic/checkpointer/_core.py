@@ -37,8 +37,8 @@ from langgraph.checkpoint.base import (
 from psycopg.types.json import Jsonb
 
 from langgraph_deterministic._compat.langgraph import TASKS, DeltaSnapshot
-from langgraph_deterministic.checkpointer._batch import Batch, Operation, Statement
-from langgraph_deterministic.checkpointer._queries import queries
+from langgraph_deterministic._db.batch import Batch, Operation, Statement
+from langgraph_deterministic._db.queries import queries
 from langgraph_deterministic.checkpointer._rows import (
     Codec,
     checkpoint_json,

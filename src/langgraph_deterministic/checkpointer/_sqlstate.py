@@ -1,8 +1,17 @@
-"""The SQLSTATEs our SQL raises (defined once, here, for Python) and the errors they
-become. The plpgsql functions raise them with ``ERRCODE``; see docs/explanation/architecture.md."""
+"""The errors the SQLSTATEs our SQL raises become (the codes: ``_db.sqlstate``, re-exported
+here for the checkpointer's modules); see docs/explanation/architecture.md."""
 
 from __future__ import annotations
 
+from langgraph_deterministic._db.sqlstate import (
+    SQLSTATE_CHILD_TAKEN,
+    SQLSTATE_CLOCK_BEHIND,
+    SQLSTATE_COMMAND_REPLAY,
+    SQLSTATE_LEASED,
+    SQLSTATE_PARENT_LOST,
+    SQLSTATE_STALE_WRITE,
+    SQLSTATES,
+)
 from langgraph_deterministic.checkpointer._call import CallInfo
 from langgraph_deterministic.errors import (
     ConcurrentRunError,
@@ -12,25 +21,17 @@ from langgraph_deterministic.errors import (
     RunSupersededError,
 )
 
-# Raised by the arbitration functions (migration 0016's _v6 and their predecessors).
-#: The parent checkpoint's child slot is taken (another attempt continued it first).
-SQLSTATE_CHILD_TAKEN = "LG409"
-#: Pending writes to a checkpoint another attempt has moved past.
-SQLSTATE_STALE_WRITE = "LG410"
-#: A checkpoint id that sorts before its parent's (the writer's clock is behind).
-SQLSTATE_CLOCK_BEHIND = "LG411"
-#: A Command applied again to a checkpoint its run wrote after applying it.
-SQLSTATE_COMMAND_REPLAY = "LG412"
-#: Another run took the thread's lease over.
-SQLSTATE_LEASED = "LG413"
-#: The parent checkpoint is not in the database (lost in a failover; migration 0025).
-SQLSTATE_PARENT_LOST = "LG414"
-#: All of the above; tests/checkpointer/test_schema.py checks the SQL raises no other.
-SQLSTATES: frozenset[str] = frozenset(
-    {SQLSTATE_CHILD_TAKEN, SQLSTATE_STALE_WRITE, SQLSTATE_CLOCK_BEHIND,
-     SQLSTATE_COMMAND_REPLAY, SQLSTATE_LEASED, SQLSTATE_PARENT_LOST}
-)  # fmt: skip
-
+__all__ = [
+    "SQLSTATES",
+    "SQLSTATE_CHILD_TAKEN",
+    "SQLSTATE_CLOCK_BEHIND",
+    "SQLSTATE_COMMAND_REPLAY",
+    "SQLSTATE_LEASED",
+    "SQLSTATE_PARENT_LOST",
+    "SQLSTATE_STALE_WRITE",
+    "lost_admission_error",
+    "translate_guard_error",
+]
 
 # A lost race's detail ends with the winner: "... of run <run>".
 _OF_RUN = " of run "

@@ -718,6 +718,7 @@ __all__ = [
     "input_kind",
     "lost_admission_error",
     "progress_digest",
+    "run_id_of",
     "translate_guard_error",
     "unanswered_tool_calls",
 ]

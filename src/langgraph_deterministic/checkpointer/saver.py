@@ -46,8 +46,8 @@ from psycopg import AsyncConnection, Connection
 
 from langgraph_deterministic._compat.langgraph import NULL_TASK_ID
 from langgraph_deterministic._compat.psycopg_pool import count_usage
-from langgraph_deterministic.checkpointer import _core, _migrate
-from langgraph_deterministic.checkpointer._batch import (
+from langgraph_deterministic._db import migrate as _migrate
+from langgraph_deterministic._db.batch import (
     Batch,
     Operation,
     Results,
@@ -57,6 +57,8 @@ from langgraph_deterministic.checkpointer._batch import (
     store,
     writes_first,
 )
+from langgraph_deterministic._db.drivers import aexecute, execute
+from langgraph_deterministic.checkpointer import _core
 from langgraph_deterministic.checkpointer._bridge import (
     AwaitableList,
     SyncCallOnLoopError,
@@ -75,7 +77,6 @@ from langgraph_deterministic.checkpointer._connections import (
     _Unset,
     _wait_unlocked,
 )
-from langgraph_deterministic.checkpointer._drivers import aexecute, execute
 from langgraph_deterministic.checkpointer._events import (
     CHECKPOINT_EVENTS,
     JOURNAL_ADMISSION,
@@ -333,6 +334,19 @@ class DeterministicSaver(Lifecycle, Connections, BaseCheckpointSaver[str]):
                 if conn is self._aconn:
                     return await arun(op, partial(self._aexecute_shared, conn))
                 return await arun(op, lambda batch: aexecute(conn, batch))
+
+    # The database layer's entry for the runner: PostgresJournal's statements run on the
+    # saver's connections as the saver's own do (same pool, same error translation).
+
+    def run_operation(self, operation: Operation[T]) -> T:
+        """Run a sans-I/O operation (a generator of ``_db.batch.Batch`` objects) on one of
+        this saver's connections. Internal, for ``PostgresJournal``: not part of the
+        checkpointer API, no stability promised."""
+        return self._run(operation)
+
+    async def arun_operation(self, operation: Operation[T]) -> T:
+        """:meth:`run_operation` on the async connection (a sync one: in a thread)."""
+        return await self._arun(operation)
 
     def _checked(self, conn: Connection[Any] | AsyncConnection[Any]) -> None:
         if self._check_pool:

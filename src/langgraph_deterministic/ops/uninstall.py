@@ -12,7 +12,7 @@ What stays is what PostgresSaver needs, as it needs it: its four tables with eve
 and its ``checkpoint_migrations`` rows, which match its tables (so ``PostgresSaver.setup()``
 then has nothing or only its own newer steps to do).
 
-Online, as the migrations are (:mod:`~langgraph_deterministic.checkpointer._migrate`): the
+Online, as the migrations are (:mod:`~langgraph_deterministic._db.migrate`): the
 same advisory lock (a ``migrate`` and an ``uninstall`` never run at once), every statement
 under a short ``lock_timeout``, retried with backoff, then a
 :class:`~langgraph_deterministic.errors.MigrationLockTimeoutError` naming the oldest open
@@ -32,7 +32,7 @@ from typing import Any, Final
 import psycopg
 from psycopg import sql
 
-from langgraph_deterministic.checkpointer import _migrate
+from langgraph_deterministic._db import migrate as _migrate
 from langgraph_deterministic.errors import (
     ConfigurationError,
     DatabaseUnavailableError,

@@ -61,8 +61,8 @@ import psycopg
 import psycopg.errors
 
 from langgraph_deterministic._compat.langgraph import var_child_runnable_config
-from langgraph_deterministic.checkpointer._batch import Batch, Statement
-from langgraph_deterministic.checkpointer._queries import queries
+from langgraph_deterministic._db.batch import Batch, Statement
+from langgraph_deterministic._db.queries import queries
 from langgraph_deterministic.checkpointer.contract import GRAPH_RUN_MARKER, RUN_ID_KEY
 from langgraph_deterministic.errors import (
     ConcurrentRunError,
@@ -78,7 +78,7 @@ from langgraph_deterministic.errors import (
 from ._context import _IDEMPOTENCY_KEY, IN_OP, make_idempotency_key
 
 if TYPE_CHECKING:
-    from langgraph_deterministic.checkpointer._ledger import HeldLease
+    from langgraph_deterministic.checkpointer.contract import HeldLease
     from langgraph_deterministic.checkpointer.saver import DeterministicSaver
 
 SQLSTATE_LOST = "LG430"
@@ -361,10 +361,10 @@ class _Session:
     def holds_run(self, thread_id: str) -> bool:
         """Whether this attempt still holds its run in the journal: no other attempt of
         the run fenced it off (one round trip; asked only after a lost race)."""
-        return self._saver._run(self._holds_run(thread_id))
+        return self._saver.run_operation(self._holds_run(thread_id))
 
     async def aholds_run(self, thread_id: str) -> bool:
-        return await self._saver._arun(self._holds_run(thread_id))
+        return await self._saver.arun_operation(self._holds_run(thread_id))
 
     def checkpoint_event(self, kind: str, config: Any, checkpoint_id: str | None) -> None:
         """The saver loaded, or is about to write, a checkpoint (``CHECKPOINT_EVENTS``)."""
@@ -620,7 +620,7 @@ class _Session:
             while True:
                 try:
                     if kind == _DB:
-                        result = await self._saver._arun(operation)
+                        result = await self._saver.arun_operation(operation)
                     else:
                         result = fn(*args, **kwargs)
                         if inspect.isawaitable(result):
@@ -641,7 +641,7 @@ class _Session:
             while True:
                 try:
                     if kind == _DB:
-                        result = self._saver._run(operation)
+                        result = self._saver.run_operation(operation)
                     else:
                         result = fn(*args, **kwargs)
                         if inspect.isawaitable(result):

@@ -438,7 +438,7 @@ TWIN_RESUMES = 3
 def _lost_to_twin(exc: BaseException, config: Any) -> str | None:
     """The thread, when ``exc`` is a checkpoint race lost to another attempt of the call's
     own run (the winner's checkpoints are stored: the call can resume from them)."""
-    from langgraph_deterministic.checkpointer._run_ids import run_id_of
+    from langgraph_deterministic.checkpointer.contract import run_id_of
 
     thread = ((config or {}).get("configurable") or {}).get("thread_id")
     if not isinstance(exc, ConcurrentRunError) or not exc.checkpoint_race or thread is None:

@@ -44,7 +44,7 @@ from typing import Literal
 
 import psycopg.errors
 
-from langgraph_deterministic.checkpointer._batch import Batch, Operation, Statement
+from langgraph_deterministic._db.batch import Batch, Operation, Statement
 from langgraph_deterministic.errors import (
     ConfigurationError,
     MigrationError,
