@@ -38,7 +38,7 @@ def test_wheel_ships_migrations_queries_and_py_typed(wheel: Path) -> None:
             f"langgraph_deterministic/migrations/{migration.version:04d}_{migration.phase}_{migration.name}.sql"
             in names
         )
-    for shipped in ("demo.py", "ops/audit.py", "ops/repair.py", "ops/sql/audit.sql", "ops/sql/repair.sql"):
+    for shipped in ("demos/support_agent.py", "ops/audit.py", "ops/repair.py", "ops/sql/audit.sql", "ops/sql/repair.sql"):
         assert f"langgraph_deterministic/{shipped}" in names
 
 

@@ -175,10 +175,10 @@ def _add_demo(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 def _cmd_demo(args: argparse.Namespace) -> int:
     if args.restate:
-        from langgraph_deterministic.demo_restate import run_restate_demo
+        from langgraph_deterministic.demos.parallel_restate import run_restate_demo
 
         return run_restate_demo()
-    from langgraph_deterministic.demo import main as demo_main
+    from langgraph_deterministic.demos.support_agent import main as demo_main
 
     given = args.dsn or os.environ.get("DATABASE_URL")
     return int(demo_main(_dsn(args) if given else None))
