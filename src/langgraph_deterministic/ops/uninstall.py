@@ -348,7 +348,7 @@ def _run(conn: psycopg.Connection[Any], step: Step, policy: _migrate.LockPolicy)
 def _gave_up(
     conn: psycopg.Connection[Any], step: Step, policy: _migrate.LockPolicy, attempts: int
 ) -> MigrationLockTimeoutError:
-    rows = conn.execute(_migrate._BLOCKERS_SQL).fetchall()
+    rows = conn.execute(_migrate.BLOCKERS_SQL).fetchall()
     blockers = (
         "; ".join(
             f"pid {pid} ({state}, transaction open {age} s: {query or '-'})"
