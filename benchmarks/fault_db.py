@@ -1,6 +1,6 @@
 """A PostgresSaver-layout checkpoint database with planted faults, for audit and repair.
 
-Every thread is a conversation of the agent in ``langgraph_deterministic.demo`` (nodes
+Every thread is a conversation of the agent in ``langgraph_deterministic.demos.support_agent`` (nodes
 ``agent`` and ``tools``, a ``messages`` channel) in the exact layout LangGraph 1.2 writes
 through PostgresSaver: five checkpoints per run (input, then agent / tools / agent /
 finished), channel versions in the peer's format, ``branch:to:<node>`` triggers inline in

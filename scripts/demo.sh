@@ -9,10 +9,10 @@ cd "$(dirname "$0")/.."
 source scripts/_venv.sh embedded,restate
 for arg in "$@"; do
     if [ "$arg" = "--restate" ] && ! .venv/bin/python -c \
-        'from langgraph_deterministic._restate_local import locate_restate_server as f; f()' \
+        'from langgraph_deterministic.demos._restate_local import locate_restate_server as f; f()' \
         2>/dev/null; then
         version="$(.venv/bin/python -c \
-            'from langgraph_deterministic._restate_local import RESTATE_VERSION as v; print(v)')"
+            'from langgraph_deterministic.demos._restate_local import RESTATE_VERSION as v; print(v)')"
         if ! command -v npm >/dev/null 2>&1; then
             echo "error: the Restate demo needs restate-server, fetched with npm, which is not" \
                 "on PATH: install Node.js (it brings npm), or put a restate-server binary" \

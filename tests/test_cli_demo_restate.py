@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from langgraph_deterministic._restate_local import RESTATE_VERSION, restate_extra
 from langgraph_deterministic.cli import main
+from langgraph_deterministic.demos._restate_local import RESTATE_VERSION, restate_extra
 
 
 @pytest.fixture()

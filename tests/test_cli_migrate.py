@@ -11,7 +11,7 @@ from langgraph.checkpoint.postgres import PostgresSaver
 from psycopg.rows import dict_row
 
 from devtools.postgres import create_database, database_name, drop_database
-from langgraph_deterministic.checkpointer._migrate import VERSION_TABLE, discover, label
+from langgraph_deterministic._db.migrate import VERSION_TABLE, discover, label
 from langgraph_deterministic.cli import main
 
 ALL = [label(m) for m in discover()]

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from langgraph_deterministic.checkpointer._migrate import discover
+from langgraph_deterministic._db.migrate import discover
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -32,13 +32,13 @@ def wheel(dist: Path) -> Path:
 def test_wheel_ships_migrations_queries_and_py_typed(wheel: Path) -> None:
     names = set(zipfile.ZipFile(wheel).namelist())
     assert "langgraph_deterministic/py.typed" in names
-    assert "langgraph_deterministic/checkpointer/sql/queries.sql" in names
+    assert "langgraph_deterministic/_db/sql/queries.sql" in names
     for migration in discover():
         assert (
             f"langgraph_deterministic/migrations/{migration.version:04d}_{migration.phase}_{migration.name}.sql"
             in names
         )
-    for shipped in ("demo.py", "ops/audit.py", "ops/repair.py", "ops/sql/audit.sql", "ops/sql/repair.sql"):
+    for shipped in ("demos/support_agent.py", "ops/audit.py", "ops/repair.py", "ops/sql/audit.sql", "ops/sql/repair.sql"):
         assert f"langgraph_deterministic/{shipped}" in names
 
 

@@ -36,7 +36,7 @@ EXIT_USAGE = 2
 def _dsn(args: argparse.Namespace) -> str:
     """The DSN the user gave, checked once: a failed login, a missing database or an
     unreachable server is reported as such, for --dsn or $DATABASE_URL, whichever it was."""
-    from langgraph_deterministic.ops import _connect
+    from langgraph_deterministic.ops.cli import check_dsn
 
     dsn: str | None = args.dsn or os.environ.get("DATABASE_URL")
     if not dsn:
@@ -44,7 +44,7 @@ def _dsn(args: argparse.Namespace) -> str:
             f"{args.command} needs a database. Fix: pass --dsn postgresql://user:password@"
             "host:5432/dbname, or set DATABASE_URL."
         )
-    _connect.check(dsn, "--dsn" if args.dsn else "$DATABASE_URL")
+    check_dsn(dsn, "--dsn" if args.dsn else "$DATABASE_URL")
     return dsn
 
 
@@ -55,7 +55,7 @@ DSN_HELP = "libpq connection string of the database (default: $DATABASE_URL)"
 
 
 def _add_migrate(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    from langgraph_deterministic.checkpointer import _migrate
+    from langgraph_deterministic._db import migrate as _migrate
 
     migrate = sub.add_parser(
         "migrate",
@@ -90,8 +90,8 @@ def _add_migrate(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
 
 
 def _cmd_migrate(args: argparse.Namespace) -> int:
+    from langgraph_deterministic._db.migrate import StepReport, label
     from langgraph_deterministic.checkpointer import DeterministicSaver
-    from langgraph_deterministic.checkpointer._migrate import StepReport, label
 
     def show(step: StepReport) -> None:
         name = label(step.migration)
@@ -140,8 +140,8 @@ def _add_status(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
 
 
 def _cmd_status(args: argparse.Namespace) -> int:
+    from langgraph_deterministic._db.migrate import discover, label
     from langgraph_deterministic.checkpointer import DeterministicSaver
-    from langgraph_deterministic.checkpointer._migrate import discover, label
 
     with DeterministicSaver(_dsn(args), run_id_policy="off") as saver:
         done = saver.applied_migrations()
@@ -175,10 +175,10 @@ def _add_demo(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 def _cmd_demo(args: argparse.Namespace) -> int:
     if args.restate:
-        from langgraph_deterministic.demo_restate import run_restate_demo
+        from langgraph_deterministic.demos.parallel_restate import run_restate_demo
 
         return run_restate_demo()
-    from langgraph_deterministic.demo import main as demo_main
+    from langgraph_deterministic.demos.support_agent import main as demo_main
 
     given = args.dsn or os.environ.get("DATABASE_URL")
     return int(demo_main(_dsn(args) if given else None))
@@ -189,7 +189,7 @@ def _cmd_demo(args: argparse.Namespace) -> int:
 
 def _cmd_ops(args: argparse.Namespace) -> int:
     """audit/repair keep exit code 1 for "damage found", so every error is 2 here."""
-    from langgraph_deterministic.ops import _cli as ops_cli
+    from langgraph_deterministic.ops import cli as ops_cli
 
     try:
         run = ops_cli.run_audit if args.command == "audit" else ops_cli.run_repair
@@ -200,7 +200,7 @@ def _cmd_ops(args: argparse.Namespace) -> int:
 
 
 def _cmd_uninstall(args: argparse.Namespace) -> int:
-    from langgraph_deterministic.ops import _cli as ops_cli
+    from langgraph_deterministic.ops import cli as ops_cli
 
     return ops_cli.run_uninstall(args, _dsn(args))
 
@@ -240,7 +240,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     _add_migrate(sub)
     _add_status(sub)
     _add_demo(sub)
-    from langgraph_deterministic.ops import _cli as ops_cli
+    from langgraph_deterministic.ops import cli as ops_cli
 
     ops_cli.add_parsers(sub)
     try:

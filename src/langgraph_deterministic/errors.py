@@ -131,6 +131,18 @@ class ConcurrentRunError(DeterministicError):
 
     retryable = True
 
+    def __init__(
+        self, *args: object, lost_to_run: str | None = None, checkpoint_race: bool = False
+    ) -> None:
+        super().__init__(*args)
+        #: The run id of the attempt that won the race, when the database named it (a
+        #: checkpoint race, or a journaled op lost to another attempt). Equal to the
+        #: refused call's own run id, the attempt lost to its own twin.
+        self.lost_to_run = lost_to_run
+        #: True when the winner's checkpoints are stored, so a retry of the same run
+        #: resumes from them (a checkpoint race; a journaled op whose attempt lost the run).
+        self.checkpoint_race = checkpoint_race
+
 
 class ThreadBusyError(DeterministicError):
     """Another run holds the thread (a live lease) and this run's multitask_strategy is

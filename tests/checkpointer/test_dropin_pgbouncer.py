@@ -28,7 +28,7 @@ from langgraph_deterministic import (
     RunInputMismatchError,
     run_config,
 )
-from langgraph_deterministic.checkpointer._migrate import ADVISORY_LOCK_KEY, VERSION_TABLE
+from langgraph_deterministic._db.migrate import ADVISORY_LOCK_KEY, VERSION_TABLE
 
 from .dropin import run_sync
 from .graphs import build_graph, first_input

@@ -132,7 +132,7 @@ def test_a_database_migrated_part_way_says_migrate_and_the_retry_continues(
 
     from devtools.postgres import database_name, drop_database
     from langgraph_deterministic import run_config
-    from langgraph_deterministic.checkpointer._migrate import VERSION_TABLE
+    from langgraph_deterministic._db.migrate import VERSION_TABLE
 
     db = make_database(pg_server_dsn, prefix="lgd_partway")
     try:

@@ -15,7 +15,7 @@ from psycopg.rows import dict_row
 
 from devtools.postgres import create_database, database_name, drop_database
 from langgraph_deterministic import ConfigurationError, DeterministicSaver
-from langgraph_deterministic.checkpointer._migrate import VERSION_TABLE, discover
+from langgraph_deterministic._db.migrate import VERSION_TABLE, discover
 
 
 @pytest.fixture

@@ -22,7 +22,7 @@ from psycopg_pool import AsyncConnectionPool
 
 from devtools.postgres import create_database, database_name, drop_database
 from langgraph_deterministic import DeterministicSaver, MigrationLockTimeoutError
-from langgraph_deterministic.checkpointer._migrate import ADVISORY_LOCK_KEY, discover, label
+from langgraph_deterministic._db.migrate import ADVISORY_LOCK_KEY, discover, label
 
 ALL = [label(m) for m in discover()]
 

@@ -362,8 +362,9 @@ def test_prune_leaves_a_thread_that_turns_delta_after_the_check(
 ) -> None:
     """A run saving a DeltaChannel checkpoint between prune's batch check and the
     thread's transaction: the transaction sees it on its snapshot and changes nothing."""
-    from langgraph_deterministic.checkpointer import PruneRefusedError, _batch, _core
-    from langgraph_deterministic.checkpointer._drivers import execute as _execute
+    from langgraph_deterministic._db import batch as _batch
+    from langgraph_deterministic._db.drivers import execute as _execute
+    from langgraph_deterministic.checkpointer import PruneRefusedError, _core
 
     plain, turning = str(uuid.uuid4()), str(uuid.uuid4())
     for thread in (plain, turning):

@@ -14,8 +14,8 @@ from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 
 from devtools.postgres import create_database, database_name, drop_database
 from langgraph_deterministic import DeterministicSaver
+from langgraph_deterministic._db.batch import Batch, Operation
 from langgraph_deterministic.checkpointer import _core
-from langgraph_deterministic.checkpointer._batch import Batch, Operation
 from langgraph_deterministic.checkpointer._rows import Codec
 
 CODEC = Codec(JsonPlusSerializer())

@@ -30,8 +30,8 @@ from langgraph.graph import END, START, StateGraph
 from psycopg_pool import ConnectionPool
 
 from langgraph_deterministic import DeterministicSaver, run_config
-from langgraph_deterministic.checkpointer._batch import Batch, Statement
-from langgraph_deterministic.checkpointer._drivers import aexecute, execute
+from langgraph_deterministic._db.batch import Batch, Statement
+from langgraph_deterministic._db.drivers import aexecute, execute
 from langgraph_deterministic.errors import (
     ConcurrentRunError,
     DeterministicError,

@@ -491,8 +491,8 @@ def test_contract_adds_no_round_trip_to_writes_or_reads(db: str) -> None:
     plus one per run: the release when it returns. On a new thread (no attempt token in
     LangGraph's configs yet) as on a continued one. With ``buffer_writes=False`` every
     put_writes is a round trip of its own."""
-    from langgraph_deterministic.checkpointer import _batch
-    from langgraph_deterministic.checkpointer._drivers import execute as _execute
+    from langgraph_deterministic._db import batch as _batch
+    from langgraph_deterministic._db.drivers import execute as _execute
 
     stored: list[int] = []  # statements storing pending writes, per batch
 
@@ -576,8 +576,8 @@ def test_the_lease_costs_two_statements_and_one_round_trip_per_run(db: str) -> N
     every superstep's batches are the same, statement for statement (the renewal rides
     inside lgd_put_checkpoint_v6, the lease check too for the pending writes riding in its
     transaction, inside their INSERT for the others)."""
-    from langgraph_deterministic.checkpointer import _batch
-    from langgraph_deterministic.checkpointer._drivers import execute as _execute
+    from langgraph_deterministic._db import batch as _batch
+    from langgraph_deterministic._db.drivers import execute as _execute
 
     batches: list[list[str]] = []
 

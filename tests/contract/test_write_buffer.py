@@ -208,7 +208,7 @@ def test_a_read_drops_a_fenced_attempts_leftover_writes_and_raises_anything_else
     """Before a read, the writes still waiting on the thread are stored. When the guard
     refuses them (their attempt was fenced meanwhile: LG410/LG413), the read goes on
     without them; any other failure is the read's own and propagates."""
-    from langgraph_deterministic.checkpointer._batch import Statement
+    from langgraph_deterministic._db.batch import Statement
     from langgraph_deterministic.checkpointer._writebuffer import store_leftovers
 
     refuse = "SELECT lgd_refuse_v6(%(code)s, 'fenced', '')"

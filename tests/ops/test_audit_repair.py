@@ -15,8 +15,9 @@ from langchain_core.messages import HumanMessage, ToolMessage
 from langgraph.checkpoint.postgres import PostgresSaver
 
 from devtools.postgres import create_database, database_name, drop_database
-from langgraph_deterministic import DeterministicSaver, demo
+from langgraph_deterministic import DeterministicSaver
 from langgraph_deterministic.cli import main
+from langgraph_deterministic.demos import support_agent as demo
 from langgraph_deterministic.ops.repair import UNKNOWN_RESULT
 
 

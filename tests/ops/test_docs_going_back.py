@@ -16,7 +16,7 @@ from tests.ops import _agent
 
 from devtools.postgres import create_database, database_name, drop_database
 from langgraph_deterministic import DeterministicSaver, run_config
-from langgraph_deterministic.checkpointer._migrate import DEFAULT_LOCK_RETRIES, DEFAULT_LOCK_TIMEOUT
+from langgraph_deterministic._db.migrate import DEFAULT_LOCK_RETRIES, DEFAULT_LOCK_TIMEOUT
 from langgraph_deterministic.cli import main
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "how-to" / "going-back.md"

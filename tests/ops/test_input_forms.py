@@ -29,8 +29,8 @@ from tests.ops import _agent, _plant
 
 from devtools.postgres import create_database, database_name, drop_database
 from langgraph_deterministic import DeterministicSaver, run_config
+from langgraph_deterministic._messages import as_messages, input_readings, key
 from langgraph_deterministic.cli import main
-from langgraph_deterministic.ops._messages import as_messages, input_readings, key
 from langgraph_deterministic.ops.repair import UNKNOWN_RESULT
 
 FORMS = sorted(_agent.FORMS)

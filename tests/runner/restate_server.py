@@ -27,7 +27,12 @@ import time
 from pathlib import Path
 from typing import Any
 
-from langgraph_deterministic._restate_local import RESTATE_VERSION, LocalRestate, free_port, http
+from langgraph_deterministic.demos._restate_local import (
+    RESTATE_VERSION,
+    LocalRestate,
+    free_port,
+    http,
+)
 
 RESTATE_PACKAGE = "@restatedev/restate-server-linux-x64"
 REPO = Path(__file__).resolve().parents[2]

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from langgraph_deterministic import demo_restate
 from langgraph_deterministic.cli import main
+from langgraph_deterministic.demos import parallel_restate as demo_restate
 
 
 def _tables(out: str) -> dict[str, dict[str, list[str]]]:

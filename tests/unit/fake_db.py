@@ -1,7 +1,7 @@
 """An in-memory stand-in for Postgres that drives the saver's sans-I/O core.
 
 The core's operations are generators that yield :class:`~Batch` es and receive one
-result per statement (see ``checkpointer/_batch.py``). :class:`FakeDb` answers them from
+result per statement (see ``_db/batch.py``). :class:`FakeDb` answers them from
 handlers keyed by the name of the query each statement runs (its ``-- name:`` block in
 ``sql/queries.sql``), records every batch, and raises what a handler returns as an
 exception, so a test can feed canned rows and guard errors (``LG409``-``LG413``) to the
@@ -16,9 +16,9 @@ from typing import Any
 
 from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 
+from langgraph_deterministic._db.batch import Batch, Operation, Results, Statement, run
+from langgraph_deterministic._db.queries import queries
 from langgraph_deterministic.checkpointer import _core
-from langgraph_deterministic.checkpointer._batch import Batch, Operation, Results, Statement, run
-from langgraph_deterministic.checkpointer._queries import queries
 from langgraph_deterministic.checkpointer._rows import Codec
 
 CODEC = Codec(JsonPlusSerializer())

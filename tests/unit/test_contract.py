@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
+import pickle
 import uuid
 from typing import Any
 
@@ -21,7 +22,7 @@ from langgraph_deterministic.checkpointer._keys import (
     FINGERPRINT_KEY,
     GRAPH_RUN_MARKER,
 )
-from langgraph_deterministic.checkpointer._ledger import Admission, LedgerRow
+from langgraph_deterministic.checkpointer._ledger import Admission, HeldLease, LedgerRow
 from langgraph_deterministic.checkpointer._recorder import RunInputRecorder
 from langgraph_deterministic.checkpointer._sqlstate import translate_guard_error
 from langgraph_deterministic.checkpointer.contract import (
@@ -271,6 +272,25 @@ def test_each_guard_sqlstate_becomes_our_error(state: str, error: type[Determini
     assert translate_guard_error(ValueError("x"), info_of(graph_run())) is None
 
 
+@pytest.mark.parametrize("state", ["LG409", "LG410"])
+def test_a_lost_checkpoint_race_names_its_winner_in_typed_fields(state: str) -> None:
+    race = PgError(state, "checkpoint c1 was continued by attempt a2 of run r-win")
+    error = translate_guard_error(race, info_of(graph_run()))
+    assert isinstance(error, ConcurrentRunError)
+    assert error.lost_to_run == "r-win" and error.checkpoint_race
+    # The fields survive pickling (Celery and multiprocessing send errors that way).
+    again = pickle.loads(pickle.dumps(error))
+    assert (again.lost_to_run, again.checkpoint_race, str(again)) == ("r-win", True, str(error))
+    no_winner = translate_guard_error(PgError(state, "no run named"), info_of(graph_run()))
+    assert isinstance(no_winner, ConcurrentRunError) and no_winner.lost_to_run is None
+
+
+def test_another_runs_lease_is_no_checkpoint_race() -> None:
+    error = translate_guard_error(PgError("LG413", "held by run r0"), info_of(graph_run()))
+    assert isinstance(error, ConcurrentRunError)
+    assert error.lost_to_run is None and not error.checkpoint_race
+
+
 def test_admission_row() -> None:
     row = ("busy", None, "r0", "att-0", NOW, None, "reject", "free", NOW, None)
     admission = Admission.from_row(row)
@@ -310,6 +330,26 @@ def test_recorder_fingerprints_the_root_call_only_and_survives_config_copies(
         recorder.on_chain_start(None, {"q": object()}, run_id=uuid.uuid4())
     assert recorder.fingerprint is None
     assert "cannot fingerprint" in caplog.text
+
+
+@pytest.mark.parametrize(
+    ("error", "ends"),
+    [
+        (ConcurrentRunError("lost", lost_to_run="r1", checkpoint_race=True), "lost"),
+        (ConcurrentRunError("lost", lost_to_run="r2", checkpoint_race=True), "error"),
+        (ConcurrentRunError("leased"), "error"),
+        (ValueError("node bug"), "error"),
+    ],
+)
+def test_a_race_lost_to_its_own_run_ends_the_lease_lost(error: Exception, ends: str) -> None:
+    released: list[str] = []
+    recorder = RunInputRecorder()
+    call = uuid.uuid4()
+    recorder.on_chain_start(None, {"q": 1}, run_id=call)
+    recorder.held = HeldLease("t1", "r1", "att-1")
+    recorder.bind_release(released.append, is_async=False)
+    recorder.on_chain_error(error, run_id=call)
+    assert released == [ends]
 
 
 def test_recorder_releases_once_when_the_root_call_ends() -> None:

@@ -16,7 +16,8 @@ from langgraph.types import Send
 
 from langgraph_deterministic import run_config
 from langgraph_deterministic._compat.langgraph import INTERRUPT, NULL_TASK_ID
-from langgraph_deterministic.checkpointer import _batch, _core, _rows
+from langgraph_deterministic._db import batch as _batch
+from langgraph_deterministic.checkpointer import _core, _rows
 from langgraph_deterministic.checkpointer._keys import (
     ATTEMPT_KEY,
     FINGERPRINT_KEY,

@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import enum
 import threading
-import time
 import weakref
 from collections.abc import AsyncGenerator, AsyncIterator, Iterator, Mapping
 from contextlib import asynccontextmanager, contextmanager, suppress
@@ -23,7 +22,7 @@ from psycopg.conninfo import conninfo_to_dict
 from psycopg.rows import tuple_row
 from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
-from langgraph_deterministic.checkpointer import _migrate
+from langgraph_deterministic._db import migrate as _migrate
 from langgraph_deterministic.checkpointer._lifecycle import _close_with_loop
 from langgraph_deterministic.checkpointer._translate import translate_error
 from langgraph_deterministic.errors import ConfigurationError, SaverClosedError
@@ -273,16 +272,6 @@ class _Translated:
 
 
 _TRANSLATED = _Translated()
-
-
-def _count_usage(pool: ConnectionPool[Any] | AsyncConnectionPool[Any], t0: float) -> None:
-    """Add a checkout's time to the pool's ``usage_ms`` statistic, as its ``connection()``
-    does (whole milliseconds per checkout, the putconn included). psycopg_pool keeps its
-    counters in private names: where they are not there, nothing is counted."""
-    stats = getattr(pool, "_stats", None)
-    key = getattr(pool, "_USAGE_MS", None)
-    if stats is not None and key is not None:
-        stats[key] += int(1000.0 * (time.monotonic() - t0))
 
 
 def _require_autocommit(conn: Connection[Any] | AsyncConnection[Any], pool: bool = False) -> None:

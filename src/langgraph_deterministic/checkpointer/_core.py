@@ -13,13 +13,10 @@ of its fencing statement, and a graph run's load asks it whether the run may sta
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
-import re
 import secrets
 import time
 from collections.abc import Mapping, Sequence
-from functools import cache
 from typing import Any, cast
 
 from langchain_core.runnables import RunnableConfig
@@ -37,8 +34,9 @@ from langgraph.checkpoint.base import (
 from psycopg.types.json import Jsonb
 
 from langgraph_deterministic._compat.langgraph import TASKS, DeltaSnapshot
-from langgraph_deterministic.checkpointer._batch import Batch, Operation, Statement
-from langgraph_deterministic.checkpointer._queries import queries
+from langgraph_deterministic._db.batch import Batch, Operation, Statement
+from langgraph_deterministic._db.queries import queries
+from langgraph_deterministic.checkpointer._row_types import CheckpointRow, StartRow
 from langgraph_deterministic.checkpointer._rows import (
     Codec,
     checkpoint_json,
@@ -46,6 +44,20 @@ from langgraph_deterministic.checkpointer._rows import (
     load_tuple,
     metadata_json,
     next_version,
+)
+from langgraph_deterministic.checkpointer._statements import (
+    _AT_CHECKPOINT,
+    _LATEST,
+    _block,
+    _chunks,
+    _list_sql,
+    _numbered,
+    _put_sql,
+    _riding,
+    _rows_sql,
+)
+from langgraph_deterministic.checkpointer._statements import (
+    ROWS_MAX as ROWS_MAX,  # re-exported: the tests size their batches by it
 )
 from langgraph_deterministic.checkpointer.contract import (
     ATTEMPT_KEY,
@@ -59,7 +71,6 @@ from langgraph_deterministic.checkpointer.contract import (
     CallInfo,
     HeldLease,
     Lease,
-    LedgerRow,
     ParentRow,
     RunContract,
     RunRecord,
@@ -125,35 +136,43 @@ def _thread_ns(config: RunnableConfig) -> tuple[str, str]:
     return str(configurable["thread_id"]), str(configurable.get("checkpoint_ns") or "")
 
 
+_CHECKPOINT = CheckpointRow._fields.index("checkpoint")
+_PARENT = CheckpointRow._fields.index("parent_checkpoint_id")
+
+
 def _with_pending_sends(codec: Codec, rows: list[tuple[Any, ...]]) -> Operation[None]:
     """Checkpoints of format v < 4 keep pending Sends as writes of their parent: fold them
     into the TASKS channel the way current LangGraph expects to find them."""
-    old = [r for r in rows if r[4].get("v", 4) < 4 and r[3]]
+    old = [
+        (i, CheckpointRow._make(r))
+        for i, r in enumerate(rows)
+        if r[_CHECKPOINT].get("v", 4) < 4 and r[_PARENT]
+    ]
     if not old:
         return
     (sends,) = yield Batch.read(
         queries()["pending_sends"],
         {
-            "thread_ids": [r[0] for r in old],
-            "checkpoint_ns": [r[1] for r in old],
-            "checkpoint_ids": [r[3] for r in old],
+            "thread_ids": [r.thread_id for _, r in old],
+            "checkpoint_ns": [r.checkpoint_ns for _, r in old],
+            "checkpoint_ids": [r.parent_checkpoint_id for _, r in old],
         },
     )
     by_parent = {(s[0], s[1], s[2]): s for s in sends or ()}
-    for row in old:
-        if (found := by_parent.get((row[0], row[1], row[3]))) is None:
+    for i, row in old:
+        found = by_parent.get((row.thread_id, row.checkpoint_ns, row.parent_checkpoint_id))
+        if found is None:
             continue
-        checkpoint = row[4]
         packets = [codec.loads(t, b) for t, b in zip(found[3], found[4], strict=True)]
         type_, blob = codec.dumps("pending sends", packets)
-        versions = checkpoint.setdefault("channel_versions", {})
+        versions = row.checkpoint.setdefault("channel_versions", {})
         versions[TASKS] = max(versions.values()) if versions else next_version(None)
         # Append to the row's blob arrays (they may be NULL when it had no blobs).
-        row_list = list(row)
-        row_list[6] = [*(row[6] or []), TASKS]
-        row_list[7] = [*(row[7] or []), type_]
-        row_list[8] = [*(row[8] or []), blob]
-        rows[rows.index(row)] = tuple(row_list)
+        rows[i] = row._replace(
+            channels=[*(row.channels or []), TASKS],
+            types=[*(row.types or []), type_],
+            blobs=[*(row.blobs or []), blob],
+        )
 
 
 def get_tuple(
@@ -189,16 +208,6 @@ def get_tuple(
             return _for_graph_run(found_tuple, info)
         carry_run_id(info, found_tuple.config, found_tuple.parent_config)
     return found_tuple
-
-
-_AT_CHECKPOINT = (
-    "\nWHERE c.thread_id = %(thread_id)s AND c.checkpoint_ns = %(checkpoint_ns)s"
-    " AND c.checkpoint_id = %(checkpoint_id)s"
-)
-_LATEST = (
-    "\nWHERE c.thread_id = %(thread_id)s AND c.checkpoint_ns = %(checkpoint_ns)s"
-    "\nORDER BY c.checkpoint_id DESC LIMIT 1"
-)
 
 
 def queue_channel(thread_id: str) -> str:
@@ -269,10 +278,9 @@ def _start_graph_run(
         rows = results[-1] or []
         if params is None:
             break
-        answer = (results[-2] or [])[0]
-        admission = Admission.from_row(answer)
+        admission = Admission.from_row((results[-2] or [])[0])
         if admission.verdict == "admitted":
-            fence_at = answer[10] if journaled else None
+            fence_at = admission.fence_at if journaled else None
             break
         if admission.verdict == "unfinished":
             contract.refuse_unfinished(info, admission)
@@ -301,17 +309,12 @@ def _start_graph_run(
                 Statement(queries()["leave_queue"], {"thread_id": thread_id, "ticket": ticket})
             )
             raise
-    row = rows[0] if rows else None
-    head = row[:15] if row is not None and row[0] is not None else None
-    ledger = (
-        LedgerRow(status=row[15], last_checkpoint_id=row[16], input_fingerprint=row[17])
-        if row is not None and row[15] is not None
-        else None
-    )
+    start = StartRow.of(rows[0] if rows else None)
+    head, ledger = start.head, start.ledger
     admitted = admission is not None and admission.verdict == "admitted"
     mark: str | None = None
     try:
-        decision = contract.decide_start(info, head[5] if head else None, ledger)
+        decision = contract.decide_start(info, head.metadata if head else None, ledger)
         if decision.action == "final" and not addressed:
             (found,) = yield Batch.read(
                 select + _AT_CHECKPOINT,
@@ -321,15 +324,15 @@ def _start_graph_run(
                     "checkpoint_id": decision.checkpoint_id,
                 },
             )
-            head = found[0] if found else None
+            head = CheckpointRow._make(found[0]) if found else None
         if head is None:
             if addressed:
                 _refuse_missing_checkpoint(thread_id, addressed)
             loaded = None
         else:
             # Before the fold of pending sends below, which edits the row in place.
-            mark = head_mark(head[2], head[5], head[4])
-            head_rows = [head]
+            mark = head_mark(head.checkpoint_id, head.metadata, head.checkpoint)
+            head_rows: list[tuple[Any, ...]] = [head]
             yield from _with_pending_sends(codec, head_rows)
             loaded = load_tuple(codec, head_rows[0])
             head_run = loaded.metadata.get(RUN_ID_KEY)
@@ -366,7 +369,7 @@ def _start_graph_run(
         _note_branch(info, None)
         return None
     branch_from = None
-    if addressed and row is not None and row[18] is not None and row[18] != addressed:
+    if addressed and start.latest is not None and start.latest != addressed:
         branch_from = addressed  # a past checkpoint, addressed on purpose: a branch
     # Addressed at all (the head included: a fork update_state made), the run travels in
     # time for LangGraph, whose subgraphs then replay from before that point.
@@ -539,19 +542,6 @@ def list_checkpoints(
     return [load_tuple(codec, r) for r in rows]
 
 
-@cache
-def _list_sql() -> str:
-    """select_checkpoint over the page of checkpoints only: the rows are chosen, sorted
-    and cut to ``limit`` first, and only they get their blobs and writes. Joined before
-    the sort, every matching checkpoint's blobs would be loaded and sorted (a thread's
-    whole history for a list without checkpoint_ns, all of them for a global filter)."""
-    page = queries()["list_page"]
-    select = queries()["select_checkpoint"]
-    source = "FROM checkpoints c\n"
-    assert source in select, "select_checkpoint must read `FROM checkpoints c`"
-    return select.replace(source, f"FROM ({page}) c\n", 1) + "\nORDER BY c.checkpoint_id DESC"
-
-
 def put(
     codec: Codec,
     config: RunnableConfig,
@@ -674,76 +664,6 @@ def _admitted_attempt_of(info: CallInfo) -> HeldLease | None:
     ):
         return held
     return None
-
-
-def _riding(statement: Statement) -> Statement:
-    """A fenced pending write sent before its checkpoint's child in the child's
-    transaction, without its own lease check: the child's lgd_put_checkpoint_v6 checks the
-    same lease later in that transaction and refuses (LG413) what it would, rolling the
-    writes back with it. The chain fence stays: its LG410/LG412 must come first."""
-    sql = _riders().get(statement.sql)
-    return statement if sql is None else dataclasses.replace(statement, sql=sql)
-
-
-@cache
-def _riders() -> dict[str, str]:
-    riders = {_block("guarded_write"): _block("riding_write")}
-    for n in range(1, ROWS_MAX + 1):
-        riders[_rows_sql("guarded_writes", "write_row", n)] = _rows_sql(
-            "riding_writes", "write_row", n
-        )
-    return riders
-
-
-#: Blocks composed of another: riding_write(s) are guarded_write(s) without the lease probe.
-_RIDING = {"riding_write": "guarded_write", "riding_writes": "guarded_writes"}
-
-
-@cache
-def _block(name: str) -> str:
-    """A queries.sql block, its ``{lease_probe}`` (guarded_write, guarded_writes) filled
-    with the block lease_probe, or left empty for their riding twins (see _riding)."""
-    q = queries()
-    text = q[_RIDING.get(name, name)]
-    return text.replace("{lease_probe}", "" if name in _RIDING else " " + q["lease_probe"])
-
-
-#: Rows per multi-row statement (insert_blobs, insert_writes, guarded_writes): more rows
-#: go in further statements, so only ROWS_MAX shapes of each are ever prepared.
-ROWS_MAX = 8
-_PARAM = re.compile(r"%\((\w+)\)s")
-
-
-def _chunks(rows: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
-    return [rows[i : i + ROWS_MAX] for i in range(0, len(rows), ROWS_MAX)]
-
-
-@cache
-def _rows_sql(block: str, row: str, n: int) -> str:
-    """``block`` with its ``{rows}`` filled by ``n`` copies of the ``row`` block, the
-    parameters of the i-th copy suffixed ``_i`` (see :func:`_numbered`)."""
-    template = queries()[row]
-    values = ",\n".join(_PARAM.sub(rf"%(\1_{i})s", template) for i in range(n))
-    return _block(block).replace("{rows}", values)
-
-
-@cache
-def _put_sql(put: str, blobs: int) -> str:
-    """``put`` (a block) carrying ``blobs`` blob rows in a CTE."""
-    q = queries()
-    if not blobs:
-        return q[put]
-    cte = q["blobs_cte"].replace("{insert_blobs}", _rows_sql("insert_blobs", "blob_row", blobs))
-    return q["put_with"].replace("{ctes}", cte).replace("{put}", q[put])
-
-
-def _numbered(rows: Sequence[Mapping[str, Any]], shared: Mapping[str, Any]) -> dict[str, Any]:
-    """The parameters of a multi-row statement: ``shared`` plus each row's, suffixed."""
-    params = dict(shared)
-    for i, row in enumerate(rows):
-        for key, value in row.items():
-            params[f"{key}_{i}"] = value
-    return params
 
 
 def _lost_admission(exc: BaseException, info: CallInfo) -> Operation[bool]:

@@ -23,8 +23,8 @@ from collections.abc import Awaitable, Callable
 
 from langchain_core.runnables import RunnableConfig
 
+from langgraph_deterministic._db.batch import Operation, Statement, writes_first
 from langgraph_deterministic.checkpointer import _core
-from langgraph_deterministic.checkpointer._batch import Operation, Statement, writes_first
 from langgraph_deterministic.checkpointer.contract import HeldLease, find_recorder
 
 logger = logging.getLogger("langgraph_deterministic")

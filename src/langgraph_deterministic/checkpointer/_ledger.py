@@ -75,6 +75,9 @@ class Admission:
     ticket: int | None
     holder: Lease | None
     outcome: str | None
+    #: ``lgd_journal_admit_v2``'s eleventh column: the fence check a PostgresJournal
+    #: attempt's first op may start on (None from ``lgd_admit_v4``)
+    fence_at: Any = None
 
     @classmethod
     def from_row(cls, row: tuple[Any, ...]) -> Admission:
@@ -85,7 +88,7 @@ class Admission:
             if run is not None
             else None
         )
-        return cls(verdict, ticket, holder, mine)
+        return cls(verdict, ticket, holder, mine, row[10] if len(row) > 10 else None)
 
 
 @dataclass(frozen=True, slots=True)

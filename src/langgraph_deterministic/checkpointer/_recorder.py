@@ -12,7 +12,7 @@ from langchain_core.runnables import RunnableConfig
 
 from langgraph_deterministic.checkpointer._fingerprint import input_fingerprint
 from langgraph_deterministic.checkpointer._ledger import HeldLease
-from langgraph_deterministic.checkpointer._sqlstate import LOST_TO_RUN
+from langgraph_deterministic.errors import ConcurrentRunError
 
 logger = logging.getLogger("langgraph_deterministic")
 
@@ -93,8 +93,9 @@ class RunInputRecorder(BaseCallbackHandler):
         """How a call that raised ends its lease: ``lost`` when it lost a race to another
         attempt of its own run (that one holds the thread on), else ``error``."""
         held = self.held
-        winner = getattr(error, LOST_TO_RUN, None)
-        return "lost" if held is not None and winner == held.run_id else "error"
+        if isinstance(error, ConcurrentRunError) and held is not None:
+            return "lost" if error.lost_to_run == held.run_id else "error"
+        return "error"
 
     # Without a lease (bind_release replaces these): only the end of the call is noted.
     def on_chain_end(self, outputs: Any, *, run_id: uuid.UUID | None = None, **kw: Any) -> None:

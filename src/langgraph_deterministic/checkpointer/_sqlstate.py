@@ -1,10 +1,18 @@
-"""The SQLSTATEs our SQL raises (defined once, here, for Python) and the errors they
-become. The plpgsql functions raise them with ``ERRCODE``; see docs/explanation/architecture.md."""
+"""The errors the SQLSTATEs our SQL raises become (the codes: ``_db.sqlstate``, re-exported
+here for the checkpointer's modules); see docs/explanation/architecture.md."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
+from langgraph_deterministic._db.sqlstate import (
+    SQLSTATE_CHILD_TAKEN,
+    SQLSTATE_CLOCK_BEHIND,
+    SQLSTATE_COMMAND_REPLAY,
+    SQLSTATE_LEASED,
+    SQLSTATE_PARENT_LOST,
+    SQLSTATE_STALE_WRITE,
+    SQLSTATES,
+)
+from langgraph_deterministic.checkpointer._call import CallInfo
 from langgraph_deterministic.errors import (
     ConcurrentRunError,
     ConfigurationError,
@@ -13,37 +21,19 @@ from langgraph_deterministic.errors import (
     RunSupersededError,
 )
 
-if TYPE_CHECKING:  # _call imports _recorder, which reads LOST_TO_RUN from here
-    from langgraph_deterministic.checkpointer._call import CallInfo
+__all__ = [
+    "SQLSTATES",
+    "SQLSTATE_CHILD_TAKEN",
+    "SQLSTATE_CLOCK_BEHIND",
+    "SQLSTATE_COMMAND_REPLAY",
+    "SQLSTATE_LEASED",
+    "SQLSTATE_PARENT_LOST",
+    "SQLSTATE_STALE_WRITE",
+    "lost_admission_error",
+    "translate_guard_error",
+]
 
-# Raised by the arbitration functions (migration 0016's _v6 and their predecessors).
-#: The parent checkpoint's child slot is taken (another attempt continued it first).
-SQLSTATE_CHILD_TAKEN = "LG409"
-#: Pending writes to a checkpoint another attempt has moved past.
-SQLSTATE_STALE_WRITE = "LG410"
-#: A checkpoint id that sorts before its parent's (the writer's clock is behind).
-SQLSTATE_CLOCK_BEHIND = "LG411"
-#: A Command applied again to a checkpoint its run wrote after applying it.
-SQLSTATE_COMMAND_REPLAY = "LG412"
-#: Another run took the thread's lease over.
-SQLSTATE_LEASED = "LG413"
-#: The parent checkpoint is not in the database (lost in a failover; migration 0025).
-SQLSTATE_PARENT_LOST = "LG414"
-#: All of the above; tests/checkpointer/test_schema.py checks the SQL raises no other.
-SQLSTATES: frozenset[str] = frozenset(
-    {SQLSTATE_CHILD_TAKEN, SQLSTATE_STALE_WRITE, SQLSTATE_CLOCK_BEHIND,
-     SQLSTATE_COMMAND_REPLAY, SQLSTATE_LEASED, SQLSTATE_PARENT_LOST}
-)  # fmt: skip
-
-
-#: Set on a ConcurrentRunError that lost a race on a checkpoint (LG409, LG410): the run
-#: id of the attempt that continued it (the last word of the SQL's detail, "... of run
-#: <run>"). Equal to the refused call's own run id, the loser raced its own twin.
-LOST_TO_RUN = "_lgd_lost_to_run"
-#: Set (True) on a ConcurrentRunError of a checkpoint race (LG409, LG410; the journal's
-#: LG430 too): the winner's checkpoints are stored, so a retry of the same run resumes
-#: from them.
-CHECKPOINT_RACE = "_lgd_checkpoint_race"
+# A lost race's detail ends with the winner: "... of run <run>".
 _OF_RUN = " of run "
 
 
@@ -60,14 +50,12 @@ def translate_guard_error(exc: BaseException, info: CallInfo) -> DeterministicEr
     run = f"run {info.run_id!r}" if info.run_id else "a call without run id"
     Run = run[0].upper() + run[1:]
     if sqlstate in (SQLSTATE_CHILD_TAKEN, SQLSTATE_STALE_WRITE):
-        error = _lost_race(sqlstate, info, detail, run)
-        setattr(error, LOST_TO_RUN, _winner(detail))
-        setattr(error, CHECKPOINT_RACE, True)
-        return error
+        return _lost_race(sqlstate, info, detail, run)
     return _other_guard_error(sqlstate, info, detail, run, Run)
 
 
 def _lost_race(sqlstate: str, info: CallInfo, detail: str, run: str) -> ConcurrentRunError:
+    winner = _winner(detail)
     if sqlstate == SQLSTATE_CHILD_TAKEN:
         return ConcurrentRunError(
             f"Another attempt got to thread {info.thread_id!r} first ({detail}): the "
@@ -76,13 +64,17 @@ def _lost_race(sqlstate: str, info: CallInfo, detail: str, run: str) -> Concurre
             "checkpoint was not stored, so the thread's history stays linear and the other "
             "writer's state is kept. Stop this attempt: do not retry it blindly -- a retry "
             "with the same run_id resumes from what the winner stored. Make sure one call is "
-            "executed by one worker at a time (a lease, Temporal's activity heartbeat)."
+            "executed by one worker at a time (a lease, Temporal's activity heartbeat).",
+            lost_to_run=winner,
+            checkpoint_race=True,
         )
     return ConcurrentRunError(
         f"Another attempt has moved thread {info.thread_id!r} past the checkpoint these "
         f"pending writes of {run} belong to ({detail}). They were not stored: this "
         "attempt is a zombie or lost a race. Stop it; a retry with the same run_id "
-        "resumes from what the winner stored."
+        "resumes from what the winner stored.",
+        lost_to_run=winner,
+        checkpoint_race=True,
     )
 
 

@@ -34,8 +34,8 @@ import psycopg
 from psycopg import AsyncConnection, Connection
 from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
-from langgraph_deterministic.checkpointer._batch import Batch, Results
-from langgraph_deterministic.checkpointer._drivers import aexecute, execute
+from langgraph_deterministic._db.batch import Batch, Results
+from langgraph_deterministic._db.drivers import aexecute, execute
 
 logger = logging.getLogger("langgraph_deterministic")
 

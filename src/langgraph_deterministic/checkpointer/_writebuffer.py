@@ -45,7 +45,7 @@ from dataclasses import dataclass, field
 
 import psycopg
 
-from langgraph_deterministic.checkpointer._batch import Batch, Operation, Statement
+from langgraph_deterministic._db.batch import Batch, Operation, Statement
 from langgraph_deterministic.checkpointer._sqlstate import SQLSTATES
 
 logger = logging.getLogger("langgraph_deterministic")

@@ -639,25 +639,15 @@ def _parse_head_text(value: str) -> tuple[str, str | None, str] | None:
 
 
 def unanswered_tool_calls(values: Mapping[str, Any]) -> list[str]:
-    """Ids of the tool calls of the last AI message (in any channel holding a message
-    list) that no later ToolMessage answers."""
-    from langchain_core.messages import AIMessage, ToolMessage
+    """Ids of the unanswered tool calls of the last AI message (``_messages.unanswered_calls``,
+    the rule audit and repair use) in any channel holding a message list, in any of the
+    forms LangGraph accepts."""
+    from langgraph_deterministic._messages import unanswered_calls
 
     found: list[str] = []
     for value in values.values():
-        if not isinstance(value, list) or not value:
-            continue
-        answered: set[str] = set()
-        for message in reversed(value[-50:]):
-            if isinstance(message, ToolMessage):
-                answered.add(message.tool_call_id)
-            elif isinstance(message, AIMessage):
-                found += [
-                    str(c.get("id")) for c in message.tool_calls if c.get("id") not in answered
-                ]
-                break
-            elif not hasattr(message, "type"):
-                break
+        if isinstance(value, list) and value:
+            found += [str(call.get("id")) for _, call, _ in unanswered_calls(value, last_only=True)]
     return found
 
 
@@ -728,6 +718,7 @@ __all__ = [
     "input_kind",
     "lost_admission_error",
     "progress_digest",
+    "run_id_of",
     "translate_guard_error",
     "unanswered_tool_calls",
 ]

@@ -45,8 +45,9 @@ from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 from psycopg import AsyncConnection, Connection
 
 from langgraph_deterministic._compat.langgraph import NULL_TASK_ID
-from langgraph_deterministic.checkpointer import _core, _migrate
-from langgraph_deterministic.checkpointer._batch import (
+from langgraph_deterministic._compat.psycopg_pool import count_usage
+from langgraph_deterministic._db import migrate as _migrate
+from langgraph_deterministic._db.batch import (
     Batch,
     Operation,
     Results,
@@ -56,6 +57,8 @@ from langgraph_deterministic.checkpointer._batch import (
     store,
     writes_first,
 )
+from langgraph_deterministic._db.drivers import aexecute, execute
+from langgraph_deterministic.checkpointer import _core
 from langgraph_deterministic.checkpointer._bridge import (
     AwaitableList,
     SyncCallOnLoopError,
@@ -70,12 +73,10 @@ from langgraph_deterministic.checkpointer._connections import (
     _UNSET,
     Connections,
     ConnectionSource,
-    _count_usage,
     _require_autocommit,
     _Unset,
     _wait_unlocked,
 )
-from langgraph_deterministic.checkpointer._drivers import aexecute, execute
 from langgraph_deterministic.checkpointer._events import (
     CHECKPOINT_EVENTS,
     JOURNAL_ADMISSION,
@@ -276,10 +277,9 @@ class DeterministicSaver(Lifecycle, Connections, BaseCheckpointSaver[str]):
     # A call on a pool checks a connection out and back in directly: pool.connection()
     # would add two context managers and a commit() per call, a no-op on an autocommit
     # connection (putconn rolls back any transaction left open, as that commit's rollback
-    # on error would). Client CPU: every call of a graph run pays it (16 calls per graph
-    # run of bench_saver's graph: pool.connection() cost 1.3% more client instructions,
-    # callgrind, benchmarks/profile_client.py). What connection() counts in the pool's
-    # get_stats()["usage_ms"] is counted alike (_count_usage).
+    # on error would), and every call of a graph run would pay for them. An enqueue wait
+    # gives the connection back meanwhile (_waiting.Checkout). What connection() counts
+    # in the pool's get_stats()["usage_ms"] is counted alike (_compat.psycopg_pool).
 
     def _run(self, operation: Operation[T] | OnSession[T]) -> T:
         pool = self._pool
@@ -298,7 +298,7 @@ class DeterministicSaver(Lifecycle, Connections, BaseCheckpointSaver[str]):
                     return run(op, checkout.execute)
                 finally:
                     checkout.close()
-                    _count_usage(pool, t0)
+                    count_usage(pool, t0)
         if not self._has_sync():
             return self._run_on_loop(operation)
         with _TRANSLATED, self._connection() as conn:
@@ -327,13 +327,26 @@ class DeterministicSaver(Lifecycle, Connections, BaseCheckpointSaver[str]):
                     return await arun(op, acheckout.execute)
                 finally:
                     await acheckout.close()
-                    _count_usage(pool, t0)
+                    count_usage(pool, t0)
         with _TRANSLATED:
             async with self._aconnection() as conn:
                 op = operation(conn.info.backend_pid) if callable(operation) else operation
                 if conn is self._aconn:
                     return await arun(op, partial(self._aexecute_shared, conn))
                 return await arun(op, lambda batch: aexecute(conn, batch))
+
+    # The database layer's entry for the runner: PostgresJournal's statements run on the
+    # saver's connections as the saver's own do (same pool, same error translation).
+
+    def run_operation(self, operation: Operation[T]) -> T:
+        """Run a sans-I/O operation (a generator of ``_db.batch.Batch`` objects) on one of
+        this saver's connections. Internal, for ``PostgresJournal``: not part of the
+        checkpointer API, no stability promised."""
+        return self._run(operation)
+
+    async def arun_operation(self, operation: Operation[T]) -> T:
+        """:meth:`run_operation` on the async connection (a sync one: in a thread)."""
+        return await self._arun(operation)
 
     def _checked(self, conn: Connection[Any] | AsyncConnection[Any]) -> None:
         if self._check_pool:

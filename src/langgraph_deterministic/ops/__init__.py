@@ -18,7 +18,7 @@ from functools import cache
 from importlib import resources
 from typing import Final
 
-from langgraph_deterministic.checkpointer._queries import named_blocks
+from langgraph_deterministic._db.queries import named_blocks
 
 DEFAULT_IDLE: Final = timedelta(minutes=10)
 """How long a thread with a step left must be quiet to count as stuck, not running."""

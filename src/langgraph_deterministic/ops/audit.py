@@ -51,6 +51,12 @@ import psycopg
 from langchain_core.messages import BaseMessage
 from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 
+from langgraph_deterministic._messages import (
+    as_messages,
+    input_readings,
+    key,
+    unanswered_calls,
+)
 from langgraph_deterministic.errors import (
     DatabaseUnavailableError,
     DeterministicError,
@@ -62,12 +68,6 @@ from langgraph_deterministic.ops import (
     _connect,
     _priority,
     queries,
-)
-from langgraph_deterministic.ops._messages import (
-    as_messages,
-    input_readings,
-    key,
-    unanswered_calls,
 )
 
 __all__ = ["AuditReport", "Finding", "HeadState", "audit", "unanswered_calls"]
@@ -172,11 +172,13 @@ def surely_answered(blob: bytes) -> bool:
     without decoding it (about 100x cheaper than the serde). False means "decode to
     know": the blob did not have the expected shape, or a call may be unanswered."""
     calls = blob.count(TOOL_CALL_MARK)
-    ids = [v for v, end in _strs_after(blob, b"\xa2id") if blob.startswith(_CALL_TAIL, end)]
+    ids = [(v, end) for v, end in _strs_after(blob, b"\xa2id") if blob.startswith(_CALL_TAIL, end)]
     if len(ids) != calls:
         return False
-    answers = {v for v, _ in _strs_after(blob, _ANSWER_KEY)}
-    return all(i in answers for i in ids)
+    # An answer counts after its call only (_messages.unanswered_calls): the blob holds
+    # the messages in order, so the last answer of each id must lie past the call.
+    last_answer = {v: end for v, end in _strs_after(blob, _ANSWER_KEY)}
+    return all(last_answer.get(i, -1) > at for i, at in ids)
 
 
 @dataclass(frozen=True, slots=True)
@@ -286,7 +288,7 @@ class AuditError(DeterministicError):
 
 def input_key(values: dict[str, Any], messages_channel: str) -> Any:
     """What an input checkpoint applied, comparable between two attempts: the messages
-    channel as LangGraph read it (:func:`~langgraph_deterministic.ops._messages.as_messages`:
+    channel as LangGraph read it (:func:`~langgraph_deterministic._messages.as_messages`:
     every input form, ids aside), other channels by value."""
     out = []
     for channel, value in sorted(values.items()):

@@ -30,7 +30,7 @@ Fixes (docs/how-to/operations.md):
     In the same new head, the copy of each message the retry applied a second time is
     removed: the occurrence after those the state held when the retry's input was applied
     (the last occurrence, where that state's blob is gone). The stored input is read as
-    LangGraph reads it, in every input form (``ops/_messages.py``). Needs LangChain
+    LangGraph reads it, in every input form (``_messages.py``). Needs LangChain
     messages; a thread whose input or messages ``add_messages`` cannot read is refused.
 ``no_run_id`` is a risk, not damage: nothing to repair.
 
@@ -56,14 +56,14 @@ from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 from psycopg.types.json import Jsonb
 
 from langgraph_deterministic._compat.langgraph import START, TASKS, branch_to
-from langgraph_deterministic.checkpointer._queries import queries as saver_queries
+from langgraph_deterministic._db.queries import queries as saver_queries
+from langgraph_deterministic._messages import as_messages, input_readings, key, unanswered_calls
 from langgraph_deterministic.errors import (
     DatabaseUnavailableError,
     DeterministicError,
     SchemaNotReadyError,
 )
 from langgraph_deterministic.ops import DEFAULT_IDLE, queries
-from langgraph_deterministic.ops._messages import as_messages, input_readings, key, unanswered_calls
 from langgraph_deterministic.ops.audit import (
     AuditReport,
     Finding,

@@ -12,7 +12,7 @@ What stays is what PostgresSaver needs, as it needs it: its four tables with eve
 and its ``checkpoint_migrations`` rows, which match its tables (so ``PostgresSaver.setup()``
 then has nothing or only its own newer steps to do).
 
-Online, as the migrations are (:mod:`~langgraph_deterministic.checkpointer._migrate`): the
+Online, as the migrations are (:mod:`~langgraph_deterministic._db.migrate`): the
 same advisory lock (a ``migrate`` and an ``uninstall`` never run at once), every statement
 under a short ``lock_timeout``, retried with backoff, then a
 :class:`~langgraph_deterministic.errors.MigrationLockTimeoutError` naming the oldest open
@@ -32,7 +32,7 @@ from typing import Any, Final
 import psycopg
 from psycopg import sql
 
-from langgraph_deterministic.checkpointer import _migrate
+from langgraph_deterministic._db import migrate as _migrate
 from langgraph_deterministic.errors import (
     ConfigurationError,
     DatabaseUnavailableError,
@@ -348,7 +348,7 @@ def _run(conn: psycopg.Connection[Any], step: Step, policy: _migrate.LockPolicy)
 def _gave_up(
     conn: psycopg.Connection[Any], step: Step, policy: _migrate.LockPolicy, attempts: int
 ) -> MigrationLockTimeoutError:
-    rows = conn.execute(_migrate._BLOCKERS_SQL).fetchall()
+    rows = conn.execute(_migrate.BLOCKERS_SQL).fetchall()
     blockers = (
         "; ".join(
             f"pid {pid} ({state}, transaction open {age} s: {query or '-'})"

@@ -17,22 +17,19 @@ docs/explanation/architecture.md, "The journal's round trips and fence"):
 
 0. The run's admission (the saver's start of a graph run under ``run_config``) registers
    the attempt in the journal inside the statement it sends anyway
-   (``lgd_journal_admit_v1``, migration 0021: the takeover a first claim would make) and
+   (``lgd_journal_admit_v2``: the takeover a first claim would make) and
    hands the session its fence check (``JOURNAL_ADMISSION``, :meth:`_Session.admitted`):
    the run's first op runs on it, as in 2.
 1. The first op of a task whose checkpoint the run did not create (it loaded it: a
    retry, a resumed interrupt), and a run's first op without an admission, sends
-   ``lgd_journal_claim_v2``
-   (migration 0013): the claim of ``lgd_journal_claim_v1`` (0012: returns the op's stored
-   outcome or claims it for this attempt; raises ``LG430`` if the attempt lost the thread,
-   and then ``fn`` never runs), plus every other op the task has in the journal. The
+   ``lgd_journal_claim_v2``: it returns the op's stored outcome or claims it for this
+   attempt (``LG430`` if the attempt lost the thread, and then ``fn`` never runs), plus
+   every other op the task has in the journal. The
    task's replayed ops need no statement at all. A claim is not waited on for the WAL
    flush: a lost claim is an op not yet claimed.
 2. Every outcome (result, or terminal error) is stored by ``lgd_journal_store_v4``
-   (migration 0025: ``lgd_journal_store_v3`` of 0020, which is ``lgd_journal_store_v2``
-   of 0013 in fewer statements, telling a claim or registration the database lost in a
-   failover from a takeover), and
-   durably committed (the WAL flushed, unless ``synchronous_commit=False``), before it is
+   (which tells a claim or registration the database lost in a failover from a
+   takeover), and durably committed (the WAL flushed, unless ``synchronous_commit=False``), before it is
    returned; the same statement checks the fence - the attempt is not fenced off, its
    checkpoint not continued, nobody else holds the thread's lease - under the same row
    lock a claim takes. A new op that starts within ``claim_ahead`` seconds of that answer
@@ -64,9 +61,8 @@ import psycopg
 import psycopg.errors
 
 from langgraph_deterministic._compat.langgraph import var_child_runnable_config
-from langgraph_deterministic.checkpointer._batch import Batch, Statement
-from langgraph_deterministic.checkpointer._queries import queries
-from langgraph_deterministic.checkpointer._sqlstate import CHECKPOINT_RACE, LOST_TO_RUN
+from langgraph_deterministic._db.batch import Batch, Statement
+from langgraph_deterministic._db.queries import queries
 from langgraph_deterministic.checkpointer.contract import GRAPH_RUN_MARKER, RUN_ID_KEY
 from langgraph_deterministic.errors import (
     ConcurrentRunError,
@@ -82,7 +78,7 @@ from langgraph_deterministic.errors import (
 from ._context import _IDEMPOTENCY_KEY, IN_OP, make_idempotency_key
 
 if TYPE_CHECKING:
-    from langgraph_deterministic.checkpointer._ledger import HeldLease
+    from langgraph_deterministic.checkpointer.contract import HeldLease
     from langgraph_deterministic.checkpointer.saver import DeterministicSaver
 
 SQLSTATE_LOST = "LG430"
@@ -187,18 +183,18 @@ class JournalStats:
 
 def _lost(ref: OpRef, exc: BaseException) -> ConcurrentRunError:
     detail = getattr(getattr(exc, "diag", None), "message_detail", None) or str(exc)
-    error = ConcurrentRunError(
+    return ConcurrentRunError(
         f"Durable op {ref.op_key!r} of task {ref.task_ns!r} on thread {ref.thread_id!r} was "
         f"not run: this attempt has lost the thread ({detail}). Another attempt of the run "
         "(a retry, while this one was still alive) took over. Stop this attempt: the other "
-        "one continues from what the journal and the checkpoints hold."
+        "one continues from what the journal and the checkpoints hold.",
+        # Lost to an attempt of its own run: its release leaves the lease to that one.
+        # When the other attempt only continued the checkpoint (this one still holds
+        # the run in the journal), the call may resume from its checkpoint
+        # (DeterministicRunner).
+        lost_to_run=ref.run_id,
+        checkpoint_race=True,
     )
-    # Lost to an attempt of its own run: its release leaves the lease to that one. When
-    # the other attempt only continued the checkpoint (this one still holds the run in
-    # the journal), the call may resume from its checkpoint (DeterministicRunner).
-    setattr(error, LOST_TO_RUN, ref.run_id)
-    setattr(error, CHECKPOINT_RACE, True)
-    return error
 
 
 def _claim(ref: OpRef) -> Generator[Batch, Any, list[tuple[Any, ...]]]:
@@ -365,10 +361,10 @@ class _Session:
     def holds_run(self, thread_id: str) -> bool:
         """Whether this attempt still holds its run in the journal: no other attempt of
         the run fenced it off (one round trip; asked only after a lost race)."""
-        return self._saver._run(self._holds_run(thread_id))
+        return self._saver.run_operation(self._holds_run(thread_id))
 
     async def aholds_run(self, thread_id: str) -> bool:
-        return await self._saver._arun(self._holds_run(thread_id))
+        return await self._saver.arun_operation(self._holds_run(thread_id))
 
     def checkpoint_event(self, kind: str, config: Any, checkpoint_id: str | None) -> None:
         """The saver loaded, or is about to write, a checkpoint (``CHECKPOINT_EVENTS``)."""
@@ -385,7 +381,7 @@ class _Session:
 
     def admitted(self, saver: Any, held: HeldLease, asked: float) -> None:
         """The saver admitted this attempt's graph run and registered the attempt in the
-        journal in the same statement (``JOURNAL_ADMISSION``, ``lgd_journal_admit_v1``): a
+        journal in the same statement (``JOURNAL_ADMISSION``, ``lgd_journal_admit_v2``): a
         fence check, as a first claim's, that the first op of a task of a checkpoint the
         run creates may start on (``asked``: when the admission was sent, so the fence is
         no fresher than it looks)."""
@@ -624,7 +620,7 @@ class _Session:
             while True:
                 try:
                     if kind == _DB:
-                        result = await self._saver._arun(operation)
+                        result = await self._saver.arun_operation(operation)
                     else:
                         result = fn(*args, **kwargs)
                         if inspect.isawaitable(result):
@@ -645,7 +641,7 @@ class _Session:
             while True:
                 try:
                     if kind == _DB:
-                        result = self._saver._run(operation)
+                        result = self._saver.run_operation(operation)
                     else:
                         result = fn(*args, **kwargs)
                         if inspect.isawaitable(result):

@@ -438,17 +438,16 @@ TWIN_RESUMES = 3
 def _lost_to_twin(exc: BaseException, config: Any) -> str | None:
     """The thread, when ``exc`` is a checkpoint race lost to another attempt of the call's
     own run (the winner's checkpoints are stored: the call can resume from them)."""
-    from langgraph_deterministic.checkpointer._run_ids import run_id_of
-    from langgraph_deterministic.checkpointer._sqlstate import CHECKPOINT_RACE, LOST_TO_RUN
+    from langgraph_deterministic.checkpointer.contract import run_id_of
 
     thread = ((config or {}).get("configurable") or {}).get("thread_id")
-    if not getattr(exc, CHECKPOINT_RACE, False) or thread is None:
+    if not isinstance(exc, ConcurrentRunError) or not exc.checkpoint_race or thread is None:
         return None
     try:
         run_id, _ = run_id_of(config)
     except Exception:
         return None
-    lost = run_id is not None and getattr(exc, LOST_TO_RUN, None) == run_id
+    lost = run_id is not None and exc.lost_to_run == run_id
     return str(thread) if lost else None
 
 

@@ -42,7 +42,7 @@ LEFT JOIN LATERAL (
 
 -- name: list_page
 -- The checkpoints one list() call returns, before their blobs and writes are joined to
--- them (see _core._list_sql). A NULL parameter drops its condition: sent unprepared, the
+-- them (see _statements._list_sql). A NULL parameter drops its condition: sent unprepared, the
 -- statement is planned with its values, so the planner folds each `NULL IS NULL OR ...`
 -- away and the remaining conditions use their indexes (tests/checkpointer/test_plans.py).
 -- run_id repeats the filter's run id as text, so that checkpoints_run_id_idx serves it;
@@ -76,7 +76,7 @@ GROUP BY w.thread_id, w.checkpoint_ns, w.checkpoint_id
 -- name: insert_blobs
 -- A checkpoint's blobs in one statement (a statement costs ~30 us of server time and more
 -- on the client, prepared or not). {rows} is blob_row once per blob, its parameters
--- suffixed _0, _1, ... (_core._rows_sql); at most _core.ROWS_MAX rows, so only a few
+-- suffixed _0, _1, ... (_statements._rows_sql); at most _statements.ROWS_MAX rows, so only a few
 -- fixed shapes are ever prepared.
 INSERT INTO checkpoint_blobs (thread_id, checkpoint_ns, channel, version, type, blob)
 SELECT %(thread_id)s, %(checkpoint_ns)s, b.channel, b.version, b.type, b.blob
@@ -618,7 +618,7 @@ WHERE NOT EXISTS (
 ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id, task_id, idx) DO NOTHING
 
 -- name: lease_probe
--- The lease check of guarded_write(s) ({lease_probe}, filled by _core._block). Left out
+-- The lease check of guarded_write(s) ({lease_probe}, filled by _statements._block). Left out
 -- (riding_write, riding_writes) when the writes ride in the transaction of their
 -- checkpoint's child (put's pending), before it: the child's lgd_put_checkpoint_v6 checks
 -- the same lease later in that transaction, refusing (LG413) and rolling back the same
@@ -645,24 +645,9 @@ SELECT op_key, status, type, blob, claimed_at, fence_at FROM lgd_journal_claim_v
     %(thread_id)s, %(task_ns)s, %(op_key)s, %(checkpoint_ns)s, %(checkpoint_id)s,
     %(run_id)s::text, %(attempt)s)
 
--- name: journal_store_v2
--- Store a durable op's outcome; fence_at: the fence check the task's next op may start on.
-SELECT stored, fence_at FROM lgd_journal_store_v2(
-    %(thread_id)s, %(task_ns)s, %(op_key)s, %(checkpoint_ns)s, %(checkpoint_id)s,
-    %(run_id)s::text, %(attempt)s, %(claimed)s, %(fence_at)s::timestamptz, %(status)s,
-    %(type)s, %(blob)s)
-
--- name: journal_store_v3
--- Store a durable op's outcome (migration 0020); fence_at: the fence check a next op may
--- start on.
-SELECT stored, fence_at FROM lgd_journal_store_v3(
-    %(thread_id)s, %(task_ns)s, %(op_key)s, %(checkpoint_ns)s, %(checkpoint_id)s,
-    %(run_id)s::text, %(attempt)s, %(claimed)s, %(fence_at)s::timestamptz, %(status)s,
-    %(type)s, %(blob)s)
-
 -- name: journal_store_v4
--- Store a durable op's outcome (migration 0025: as journal_store_v3; lost: the attempt's
--- registration is gone from the database, e.g. after a failover).
+-- Store a durable op's outcome (migration 0025); fence_at: the fence check a next op may
+-- start on; lost: the attempt's registration is gone from the database (a failover).
 SELECT stored, fence_at, lost FROM lgd_journal_store_v4(
     %(thread_id)s, %(task_ns)s, %(op_key)s, %(checkpoint_ns)s, %(checkpoint_id)s,
     %(run_id)s::text, %(attempt)s, %(claimed)s, %(fence_at)s::timestamptz, %(status)s,

@@ -13,7 +13,7 @@ import psycopg
 from psycopg import AsyncConnection, Connection
 from psycopg.rows import tuple_row
 
-from langgraph_deterministic.checkpointer._batch import Batch, Results, Statement
+from langgraph_deterministic._db.batch import Batch, Results, Statement
 
 # Every cursor is opened with our own row factory: the core reads rows as tuples whatever
 # the connection's own factory is (LangGraph documents dict_row; namedtuple_row, class_row

@@ -40,7 +40,7 @@ from langchain_core.runnables import RunnableConfig
 from langgraph.graph import END, START, StateGraph
 from typing_extensions import TypedDict
 
-from langgraph_deterministic._restate_local import (
+from langgraph_deterministic.demos._restate_local import (
     RESTATE_VERSION,
     LocalRestate,
     RestateDemoError,

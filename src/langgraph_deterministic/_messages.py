@@ -61,18 +61,48 @@ def key(message: BaseMessage) -> MessageKey:
     return message.type, json.dumps(message.content, sort_keys=True, default=str)
 
 
+def as_message(item: Any) -> BaseMessage | None:
+    """One item of a message list as :func:`as_messages` reads it (a message passes as
+    it is: chunks are subclasses of their message), or None if it is not a message."""
+    if isinstance(item, BaseMessage):
+        return item
+    if not isinstance(item, (Sequence, dict)):  # what convert_to_messages refuses, cheaply
+        return None
+    read = as_messages([item])
+    return read[0] if read else None
+
+
 def unanswered_calls(
-    coerced: Sequence[BaseMessage],
+    messages: Sequence[Any], *, last_only: bool = False
 ) -> list[tuple[int, dict[str, Any], bool]]:
-    """Tool calls without a ToolMessage in messages :func:`as_messages` read: (index of the
-    AIMessage, call, followed), where ``followed`` says a message other than a ToolMessage
-    came after the AIMessage."""
-    answered = {m.tool_call_id for m in coerced if isinstance(m, ToolMessage)}
-    out = []
-    for i, m in enumerate(coerced):
-        if isinstance(m, AIMessage) and m.tool_calls:
-            followed = any(not isinstance(n, ToolMessage) for n in coerced[i + 1 :])
-            for call in m.tool_calls:
-                if call.get("id") not in answered:
-                    out.append((i, dict(call), followed))
-    return out
+    """The one rule for an unanswered tool call, what model providers reject: a tool call
+    of an AIMessage that no later ToolMessage answers. Returns (index of the AIMessage,
+    call, followed), in order, where ``followed`` says a message other than a ToolMessage
+    came after the AIMessage.
+
+    ``messages`` is a message list in any form (see :func:`as_messages`); a list that is
+    not all messages has none. ``last_only`` keeps the calls of the last AIMessage: the
+    step a run left unfinished, which no model call has followed yet (after an older one,
+    a later AIMessage shows the provider in use took that history). The scan stops at
+    that AIMessage, so it costs what the last step holds, however long the thread."""
+    answered: set[Any] = set()
+    found: list[tuple[int, dict[str, Any], bool]] = []
+    followed = False
+    for i in range(len(messages) - 1, -1, -1):
+        m = as_message(messages[i])
+        if m is None:
+            return []
+        if isinstance(m, ToolMessage):
+            answered.add(m.tool_call_id)
+            continue
+        if isinstance(m, AIMessage):
+            found += [
+                (i, dict(call), followed)
+                for call in reversed(m.tool_calls)
+                if call.get("id") not in answered
+            ]
+            if last_only:
+                break
+        followed = True
+    found.reverse()
+    return found

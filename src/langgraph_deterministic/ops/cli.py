@@ -14,7 +14,7 @@ if TYPE_CHECKING:
 
 from langgraph_deterministic.ops import DEFAULT_IDLE, STATEMENT_TIMEOUT_MS
 
-_LOCK_TIMEOUT = 0.2  # as checkpointer._migrate's defaults (not imported: it is heavy)
+_LOCK_TIMEOUT = 0.2  # as _db.migrate's defaults (not imported: it is heavy)
 _LOCK_RETRIES = 10
 
 # audit and repair (LangChain, LangGraph's serde, rich) are imported when they run, so that
@@ -307,3 +307,11 @@ def _print_repair(report: RepairReport) -> None:
     console.print(table)
     if not report.apply:
         console.print("dry run: nothing written. Run with --apply to repair.")
+
+
+def check_dsn(dsn: str, given_as: str) -> None:
+    """The top-level CLI's check of a DSN before any subcommand runs (``_connect.check``:
+    a failed login, a missing database or an unreachable server, said as such)."""
+    from langgraph_deterministic.ops import _connect
+
+    _connect.check(dsn, given_as)

@@ -44,7 +44,7 @@ from typing import Literal
 
 import psycopg.errors
 
-from langgraph_deterministic.checkpointer._batch import Batch, Operation, Statement
+from langgraph_deterministic._db.batch import Batch, Operation, Statement
 from langgraph_deterministic.errors import (
     ConfigurationError,
     MigrationError,
@@ -67,7 +67,7 @@ LOCK_WAIT_POLLS = 6000  # 5 minutes
 GET_LOCK_TIMEOUT_SQL = "SELECT current_setting('lock_timeout')"
 SET_LOCK_TIMEOUT_SQL = "SELECT set_config('lock_timeout', %s, false)"
 # The oldest open transactions of this database: whoever is likely to hold the lock.
-_BLOCKERS_SQL = """
+BLOCKERS_SQL = """
 SELECT a.pid, coalesce(a.state, '?'), extract(epoch FROM now() - a.xact_start)::int,
        left(regexp_replace(coalesce(a.query, ''), '[[:space:]]+', ' ', 'g'), 80)
 FROM pg_stat_activity a
@@ -366,7 +366,7 @@ def _give_up(
                 f" An INVALID index {index} from the attempt is left behind; the next "
                 "run drops and rebuilds it."
             )
-    (rows,) = yield _single(_BLOCKERS_SQL, fetch=True)
+    (rows,) = yield _single(BLOCKERS_SQL, fetch=True)
     blockers = "; ".join(
         f"pid {pid} ({state}, transaction open {age} s: {query or '-'})"
         for pid, state, age, query in rows or ()

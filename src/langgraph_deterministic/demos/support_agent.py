@@ -142,7 +142,7 @@ def attempt(deployment: str, dsn: str, crash: bool) -> tuple[int, str]:
         [
             sys.executable,
             "-m",
-            "langgraph_deterministic.demo",
+            "langgraph_deterministic.demos.support_agent",
             "--worker",
             deployment,
             "--dsn",
