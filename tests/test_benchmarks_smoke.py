@@ -26,7 +26,7 @@ import pytest
 BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
 BENCH = BENCHMARKS / "bench_saver.py"
 KEPT = ["bench_saver", "bench_graph", "bench_journal", "bench_scale", "bench_audit",
-        "bench_restate_runner", "delay_proxy"]  # fmt: skip
+        "bench_restate_runner", "bench_capacity", "delay_proxy"]  # fmt: skip
 GONE = ["floor", "ab_put_path", "where_time_goes", "cost_breakdown", "profile_client"]
 WORKLOADS = [
     "graph_async",
@@ -104,6 +104,24 @@ def test_quick_benchmark_prints_a_ratio_row_per_workload(dsn: str, tmp_path: Pat
         assert abs(result["ratio"] - rows[name]) < 0.01, (name, result["ratio"], rows[name])
 
 
+def test_capacity_benchmark_runs_small(pg_server_dsn: str, tmp_path: Path) -> None:
+    """benchmarks/bench_capacity.py --quick: one worker process per side for a second, a
+    3-turn conversation's storage; every cell ran graphs and every side stored bytes."""
+    out_json = tmp_path / "capacity.json"
+    env = {**os.environ, "DATABASE_URL": pg_server_dsn}
+    done = subprocess.run(
+        [sys.executable, str(BENCHMARKS / "bench_capacity.py"), "--quick", "--json", str(out_json)],
+        capture_output=True, text=True, env=env, timeout=240,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    report = json.loads(out_json.read_text())
+    assert sorted(c["side"] for c in report["cells"]) == ["ours", "peer"]
+    assert all(c["runs"] > 0 and c["wal_bytes_per_step"] > 0 for c in report["cells"]), report
+    assert sorted(s["side"] for s in report["storage"]) == ["ours", "peer"]
+    assert all(s["bytes"] > 0 and s["rows"] > 0 for s in report["storage"]), report
+    assert "3-turn conversation, ours:" in done.stdout
+
+
 def test_audit_benchmark_runs_small(pg_server_dsn: str) -> None:
     """benchmarks/bench_audit.py end to end on a small database: it checks inside that
     every planted fault is found and nothing else (its exit code); no timing asserted.
@@ -135,8 +153,17 @@ def test_graph_benchmark_prints_ratios_cpu_and_round_trips(dsn: str, tmp_path: P
     out_json = tmp_path / "graph.json"
     env = {**os.environ, "DATABASE_URL": dsn}
     done = subprocess.run(
-        [sys.executable, str(GRAPH), "--quick", "--rounds", "1", "--only",
-         ",".join(GRAPH_WORKLOADS), "--json", str(out_json)],
+        [
+            sys.executable,
+            str(GRAPH),
+            "--quick",
+            "--rounds",
+            "1",
+            "--only",
+            ",".join(GRAPH_WORKLOADS),
+            "--json",
+            str(out_json),
+        ],
         capture_output=True,
         text=True,
         env=env,
@@ -155,7 +182,9 @@ def test_graph_benchmark_prints_ratios_cpu_and_round_trips(dsn: str, tmp_path: P
     assert all(float(vp) > 0 and float(vm) > 0 for _, _, vp, vm in ratio_rows), done.stdout
     cpu_rows = re.findall(r"^(\w+)\s+(direct|1ms)\s+[\d.]+\+[\d.n/a]+\s", done.stdout, re.M)
     assert sorted(cpu_rows) == expected, done.stdout
-    assert re.search(r"proxy adds -?[\d.]+ ms", done.stdout), done.stdout  # measured: may be < 0 on a loaded machine
+    assert re.search(r"proxy adds -?[\d.]+ ms", done.stdout), (
+        done.stdout
+    )  # measured: may be < 0 on a loaded machine
 
     report = json.loads(out_json.read_text())
     assert sorted((c["workload"], c["net"]) for c in report["cells"]) == expected
