@@ -37,6 +37,7 @@ import logging
 import os
 import threading
 import uuid
+import weakref
 from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any
 
@@ -49,7 +50,11 @@ from langgraph.checkpoint.base import (
     CheckpointTuple,
 )
 
-from langgraph_deterministic.checkpointer._keys import CARRIED, GRAPH_RUN_MARKER, RUN_ID_KEY
+from langgraph_deterministic.checkpointer._keys import (
+    CARRIED,
+    GRAPH_RUN_MARKER,
+    RUN_ID_KEY,
+)
 from langgraph_deterministic.checkpointer._recorder import RunInputRecorder, find_recorder
 from langgraph_deterministic.checkpointer.saver import DeterministicSaver
 from langgraph_deterministic.errors import ConfigurationError
@@ -153,14 +158,25 @@ class ServerSaver(DeterministicSaver):
     one, else the server's; a write outside a graph run without a run id gets one minted
     for it (see the module's docstring)."""
 
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        #: the recorder of each root graph run in flight, by thread and server run id
+        self._recorders: weakref.WeakValueDictionary[tuple[str, str], RunInputRecorder] = (
+            weakref.WeakValueDictionary()
+        )
+
     def _server_config(self, config: RunnableConfig) -> tuple[RunnableConfig, Any]:
         """The config the contract reads, and the run id LangGraph compares for this
         call (``config.metadata.run_id``: what a loaded checkpoint must show it)."""
         configurable = config.get("configurable") or {}
         metadata = config.get("metadata") or {}
         if GRAPH_RUN_MARKER in configurable:
-            if find_recorder(config) is None and (active := _ACTIVE.get()) is not None:
-                config = {**config, "callbacks": [active]}
+            if find_recorder(config) is None:
+                recorder = self._recorders.get(_run_key(configurable))
+                if recorder is None:
+                    recorder = _ACTIVE.get()
+                if recorder is not None:
+                    config = {**config, "callbacks": [recorder]}
             key = _idempotency_key(metadata)
             if key is None:
                 return config, None
@@ -189,6 +205,15 @@ class ServerSaver(DeterministicSaver):
             return await super().aget_tuple(config)  # a read: no run id needed
         rewritten, compared = self._server_config(config)
         found = await super().aget_tuple(rewritten)
+        recorder = find_recorder(rewritten)
+        if (
+            recorder is not None
+            and (config.get("configurable") or {}).get("checkpoint_ns", "") == ""
+        ):
+            # The run's later writes come from other tasks (each step of the server's
+            # stream runs in a copy of its context, without _ACTIVE): they find the
+            # recorder by their thread and server run id (one run in flight per thread).
+            self._recorders[_run_key(config["configurable"])] = recorder
         if found is None or compared is None:
             return found
         key = rewritten["configurable"][RUN_ID_KEY]
@@ -222,6 +247,10 @@ class ServerSaver(DeterministicSaver):
 
 
 _MISSING = object()
+
+
+def _run_key(configurable: Mapping[str, Any]) -> tuple[str, str]:
+    return str(configurable.get("thread_id")), str(configurable.get(RUN_ID_KEY))
 
 
 def _dsn() -> str:
