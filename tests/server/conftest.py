@@ -9,7 +9,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-
 from tests.server.servers import LangGraphDev, ServerUnavailable, check_available, make_project
 
 

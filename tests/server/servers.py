@@ -106,10 +106,12 @@ class LangGraphDev:
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
                 raise ServerUnavailable(f"langgraph dev exited: {self.tail()}")
-            with contextlib.suppress(OSError):
-                with urllib.request.urlopen(f"{self.url}/ok", timeout=1) as answer:
-                    if answer.status == 200:
-                        return self
+            with (
+                contextlib.suppress(OSError),
+                urllib.request.urlopen(f"{self.url}/ok", timeout=1) as answer,
+            ):
+                if answer.status == 200:
+                    return self
             time.sleep(0.2)
         self.stop()
         raise ServerUnavailable(f"langgraph dev did not answer in {timeout} s: {self.tail()}")

@@ -11,12 +11,9 @@ from typing import Any
 
 import psycopg
 import pytest
-
-pytest.importorskip("langgraph_sdk")
-from langgraph_sdk import get_client  # noqa: E402
-from langgraph_sdk.errors import ConflictError  # noqa: E402
-
-from tests.server.servers import LangGraphDev, make_project  # noqa: E402
+from langgraph_sdk import get_client  # a dependency of langgraph
+from langgraph_sdk.errors import ConflictError
+from tests.server.servers import LangGraphDev
 
 
 def client(server: LangGraphDev) -> Any:
