@@ -239,7 +239,7 @@ async def test_multitask_interrupt_and_rollback(
     c = client(langgraph_server)
     thread = await new_thread(c)
     await c.runs.wait(thread, "agent", input={"messages": [("user", "start")]})
-    first = await c.runs.create(thread, "agent", input={"messages": [("user", "tool 3 a")]})
+    first = await c.runs.create(thread, "agent", input={"messages": [("user", "tool 2 a")]})
     await wait_for(lambda: at_tool(c, thread))
     second = await c.runs.create(
         thread, "agent", input={"messages": [("user", "b")]}, multitask_strategy=strategy
@@ -253,7 +253,7 @@ async def test_multitask_interrupt_and_rollback(
         assert first["run_id"] not in ledger(db, thread)
     else:
         # The cancelled run's half-done step stays, as with the server's own checkpointer.
-        assert humans(values) == ["start", "tool 3 a", "b"]
+        assert humans(values) == ["start", "tool 2 a", "b"]
         assert ledger(db, thread)[first["run_id"]] == "superseded"
 
 
@@ -262,10 +262,56 @@ async def test_a_cancelled_run_leaves_the_thread_to_the_next_run(
 ) -> None:
     c = client(langgraph_server)
     thread = await new_thread(c)
-    run = await c.runs.create(thread, "agent", input={"messages": [("user", "tool 3 a")]})
+    run = await c.runs.create(thread, "agent", input={"messages": [("user", "tool 2 a")]})
     await wait_for(lambda: at_tool(c, thread))
     await c.runs.cancel(thread, run["run_id"], wait=True)
     assert (await c.runs.get(thread, run["run_id"]))["status"] == "interrupted"
     assert lease(db, thread) == (run["run_id"], "ok")
     out = await c.runs.wait(thread, "agent", input={"messages": [("user", "next")]})
-    assert humans(out) == ["tool 3 a", "next"]
+    assert humans(out) == ["tool 2 a", "next"]
+
+
+async def recover(c: Any, thread: str, key: str, message: str) -> dict[str, Any]:
+    """The documented recovery after a restart: the thread under its id again, then the
+    request resent with its idempotency key."""
+    await c.threads.create(thread_id=thread, if_exists="do_nothing", graph_id="agent")
+    out: dict[str, Any] = await c.runs.wait(
+        thread, "agent", input={"messages": [("user", message)]},
+        metadata={"idempotency_key": key},
+    )  # fmt: skip
+    return out
+
+
+# Last in the module: it kills the module's server (and starts it again).
+async def test_a_server_killed_mid_run_and_restarted(
+    langgraph_server: LangGraphDev, db: str
+) -> None:
+    c = client(langgraph_server)
+    thread = await new_thread(c)
+    key = f"req-{uuid.uuid4()}"
+    await c.runs.create(
+        thread, "agent", input={"messages": [("user", "tool 2 refund")]},
+        metadata={"idempotency_key": key},
+    )  # fmt: skip
+    await wait_for(lambda: at_tool(c, thread))
+    langgraph_server.kill()
+    assert ledger(db, thread) == {key: "running"} and lease(db, thread) == (key, None)
+    langgraph_server.start()
+    # langgraph dev keeps threads and runs in memory: after a SIGKILL it knows neither
+    # (the server never retries the run); the checkpoints are in Postgres.
+    with pytest.raises(Exception, match="not found"):
+        await c.threads.get(thread)
+    await c.threads.create(thread_id=thread, if_exists="do_nothing", graph_id="agent")
+    stuck = await c.threads.get_state(thread)
+    assert stuck["next"] == ["tools"] and len(unanswered(stuck["values"])) == 1
+    # A new run is refused while the killed run is unfinished (its lease is live: busy).
+    refused = await c.runs.create(thread, "agent", input={"messages": [("user", "other")]})
+    await c.runs.join(thread, refused["run_id"])
+    assert (await c.runs.get(thread, refused["run_id"]))["status"] == "error"
+    # The resend takes the killed run over: its input once, its tool call answered.
+    out = await recover(c, thread, key, "tool 2 refund")
+    assert humans(out) == ["tool 2 refund"] and unanswered(out) == []
+    # A second resend returns the same state; the thread takes its next run.
+    assert await recover(c, thread, key, "tool 2 refund") == out
+    after = await c.runs.wait(thread, "agent", input={"messages": [("user", "next")]})
+    assert humans(after) == ["tool 2 refund", "next"] and unanswered(after) == []
