@@ -19,6 +19,7 @@ import sys
 import time
 import urllib.request
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
 PAGE = ROOT / "docs" / "how-to" / "langgraph-server.md"
@@ -61,6 +62,21 @@ def make_project(directory: Path) -> Path:
     (directory / "langgraph.json").write_text(page_langgraph_json())
     shutil.copy(APP / "graph.py", directory / "graph.py")
     return directory
+
+
+def humans(values: dict[str, Any]) -> list[str]:
+    return [str(m["content"]) for m in values.get("messages", []) if m["type"] == "human"]
+
+
+def unanswered(values: dict[str, Any]) -> list[str]:
+    answered = {m.get("tool_call_id") for m in values.get("messages", []) if m["type"] == "tool"}
+    return [
+        c["id"]
+        for m in values.get("messages", [])
+        if m["type"] == "ai"
+        for c in m.get("tool_calls") or []
+        if c["id"] not in answered
+    ]
 
 
 def _free_port() -> int:

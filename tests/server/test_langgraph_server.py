@@ -13,7 +13,7 @@ import psycopg
 import pytest
 from langgraph_sdk import get_client  # a dependency of langgraph
 from langgraph_sdk.errors import ConflictError
-from tests.server.servers import LangGraphDev
+from tests.server.servers import LangGraphDev, humans, unanswered
 
 
 def client(server: LangGraphDev) -> Any:
@@ -22,21 +22,6 @@ def client(server: LangGraphDev) -> Any:
 
 def contents(values: dict[str, Any]) -> list[str]:
     return [str(m["content"]) for m in values.get("messages", [])]
-
-
-def humans(values: dict[str, Any]) -> list[str]:
-    return [str(m["content"]) for m in values.get("messages", []) if m["type"] == "human"]
-
-
-def unanswered(values: dict[str, Any]) -> list[str]:
-    answered = {m.get("tool_call_id") for m in values.get("messages", []) if m["type"] == "tool"}
-    return [
-        c["id"]
-        for m in values.get("messages", [])
-        if m["type"] == "ai"
-        for c in m.get("tool_calls") or []
-        if c["id"] not in answered
-    ]
 
 
 def ledger(db: str, thread: str) -> dict[str, str]:
