@@ -4,7 +4,10 @@ project, serves every run below (servers.py)."""
 
 from __future__ import annotations
 
+import ast
 import asyncio
+import inspect
+import re
 import time
 import uuid
 from typing import Any
@@ -13,7 +16,7 @@ import psycopg
 import pytest
 from langgraph_sdk import get_client  # a dependency of langgraph
 from langgraph_sdk.errors import ConflictError
-from tests.server.servers import LangGraphDev, humans, unanswered
+from tests.server.servers import PAGE, LangGraphDev, humans, unanswered
 
 
 def client(server: LangGraphDev) -> Any:
@@ -254,6 +257,50 @@ async def test_a_cancelled_run_leaves_the_thread_to_the_next_run(
     assert lease(db, thread) == (run["run_id"], "ok")
     out = await c.runs.wait(thread, "agent", input={"messages": [("user", "next")]})
     assert humans(out) == ["tool 2 a", "next"]
+
+
+PAGE_URL = "http://127.0.0.1:2024"
+
+
+async def test_the_pages_python_blocks_run_as_shown(
+    langgraph_server: LangGraphDev, db: str
+) -> None:
+    """docs/how-to/langgraph-server.md's Python blocks, in order, in one namespace, as
+    written (only the server's address differs)."""
+    text = PAGE.read_text()
+    codes = re.findall(r"```python\n(.*?)```", text, flags=re.S)
+    assert len(codes) == 3 and text.count(PAGE_URL) == 1
+    namespace: dict[str, Any] = {}
+    for index, code in enumerate(codes):
+        source = code.replace(PAGE_URL, langgraph_server.url)
+        compiled = compile(source, f"langgraph-server.md[{index}]", "exec",
+                           flags=ast.PyCF_ALLOW_TOP_LEVEL_AWAIT)  # fmt: skip
+        result = eval(compiled, namespace)
+        if inspect.iscoroutine(result):
+            await result
+    thread = namespace["thread"]["thread_id"]
+    result = namespace["result"]  # the resend's, after the other two calls
+    assert humans(result) == ["tool 1 refund order 42"] and unanswered(result) == []
+    assert humans(namespace["replayed"]) == ["hello"]
+    assert contents(namespace["replayed"])[-1] == "echo: hello"
+    assert {"order-42:refund", "order-42:fork"} <= set(ledger(db, thread))
+
+
+async def test_a_key_on_a_run_that_creates_its_thread_is_handed_on(
+    langgraph_server: LangGraphDev,
+) -> None:
+    """The page's warning: the server copies such a run's metadata into the thread's."""
+    c = client(langgraph_server)
+    thread = str(uuid.uuid4())
+    await c.runs.wait(
+        thread, "agent", input={"messages": [("user", "first")]}, if_not_exists="create",
+        metadata={"idempotency_key": "inherited"},
+    )  # fmt: skip
+    assert (await c.threads.get(thread))["metadata"]["idempotency_key"] == "inherited"
+    run = await c.runs.create(thread, "agent", input={"messages": [("user", "second")]})
+    await c.runs.join(thread, run["run_id"])
+    assert (await c.runs.get(thread, run["run_id"]))["status"] == "error"
+    assert humans((await c.threads.get_state(thread))["values"]) == ["first"]
 
 
 async def recover(c: Any, thread: str, key: str, message: str) -> dict[str, Any]:
