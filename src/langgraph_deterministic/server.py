@@ -267,6 +267,17 @@ def _dsn() -> str:
     )
 
 
+def _number(name: str, default: str, kind: type[int] | type[float]) -> float:
+    value = os.environ.get(name, default)
+    try:
+        return kind(value)
+    except ValueError:
+        raise ConfigurationError(
+            f"{name}={value!r} is not a number ({kind.__name__}); unset it for the default "
+            f"{default}. Nothing was run or written."
+        ) from None
+
+
 @contextlib.asynccontextmanager
 async def checkpointer() -> AsyncIterator[ServerSaver]:
     """The checkpointer of langgraph.json: ``{"checkpointer": {"path":
@@ -281,14 +292,11 @@ async def checkpointer() -> AsyncIterator[ServerSaver]:
     """
     dsn = _dsn()
     install_input_recorder()
-    pool_max = int(os.environ.get("LGD_POOL_MAX_SIZE", "20"))
-    lease_ttl = float(os.environ.get("LGD_LEASE_TTL", "30"))
-    policy = os.environ.get("LGD_RUN_ID_POLICY", "require")
     saver = ServerSaver(
         dsn,
-        pool_max_size=pool_max,
-        lease_ttl=lease_ttl,
-        run_id_policy=policy,  # type: ignore[arg-type]
+        pool_max_size=int(_number("LGD_POOL_MAX_SIZE", "20", int)),
+        lease_ttl=_number("LGD_LEASE_TTL", "30", float),
+        run_id_policy=os.environ.get("LGD_RUN_ID_POLICY", "require"),
     )
     async with saver:
         if dsn not in _migrated:
