@@ -98,6 +98,20 @@ async def test_streaming_a_tool_run(langgraph_server: LangGraphDev, message: Any
     assert len(humans(final)) == 1
 
 
+async def test_streaming_events(langgraph_server: LangGraphDev) -> None:
+    """stream_mode "events": the server calls astream_events, another path to the graph."""
+    c = client(langgraph_server)
+    thread = await new_thread(c)
+    events = [
+        e async for e in c.runs.stream(
+            thread, "agent", input={"messages": [("user", "tool 0 e")]}, stream_mode="events"
+        )
+    ]  # fmt: skip
+    assert any(e.event == "events" and e.data.get("event") == "on_chain_start" for e in events)
+    values = (await c.threads.get_state(thread))["values"]
+    assert humans(values) == ["tool 0 e"] and unanswered(values) == []
+
+
 async def test_a_resend_with_the_idempotency_key_applies_its_input_once(
     langgraph_server: LangGraphDev, db: str
 ) -> None:
