@@ -126,14 +126,26 @@ class ServerRecorder(RunInputRecorder):
         return super()._failed(error)
 
 
+class _AnyRecorder(type):
+    """LangChain's configure hook adds its handler to a root call unless one is an
+    instance of the hook's class: any RunInputRecorder (run_config's) counts."""
+
+    def __instancecheck__(cls, instance: Any) -> bool:
+        return isinstance(instance, RunInputRecorder)
+
+
+class _HookRecorder(ServerRecorder, metaclass=_AnyRecorder):
+    """What the configure hook creates (only the hook checks instances of it)."""
+
+
 def install_input_recorder() -> None:
     """Give every root LangChain call of this process a fresh :class:`ServerRecorder`
-    (idempotent). Graph calls made with ``run_config`` keep their own recorder."""
+    (idempotent). A call that has a recorder already (``run_config``'s) gets none."""
     global _hook_installed
     with _hook_lock:
         if not _hook_installed:
             register_configure_hook(
-                _NO_SHARED_RECORDER, True, handle_class=ServerRecorder, env_var=RECORDER_ENV
+                _NO_SHARED_RECORDER, True, handle_class=_HookRecorder, env_var=RECORDER_ENV
             )
             _hook_installed = True
         os.environ[RECORDER_ENV] = "1"

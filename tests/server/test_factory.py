@@ -99,3 +99,19 @@ async def test_server_shaped_runs_keep_the_contract(server_env: str) -> None:
         await graph.aupdate_state({"configurable": {"thread_id": thread}}, {"items": ["u"]})
         runs = [r async for r in saver.alist({"configurable": {"thread_id": thread}}, limit=1)]
         assert str(runs[0].metadata["run_id"]).startswith("update:")
+
+
+async def test_the_hook_adds_one_recorder_to_a_root_call(server_env: str) -> None:
+    from langchain_core.callbacks.manager import AsyncCallbackManager
+
+    from langgraph_deterministic.checkpointer._recorder import RunInputRecorder
+
+    async with checkpointer():
+        bare = AsyncCallbackManager.configure(inheritable_callbacks=None)
+        assert [type(h).__name__ for h in bare.handlers] == ["_HookRecorder"]
+        mine = RunInputRecorder()
+        given = AsyncCallbackManager.configure(inheritable_callbacks=[mine])
+        assert [h for h in given.handlers if isinstance(h, RunInputRecorder)] == [mine]
+    os.environ.pop(RECORDER_ENV)
+    off = AsyncCallbackManager.configure(inheritable_callbacks=None)
+    assert not [h for h in off.handlers if isinstance(h, RunInputRecorder)]
