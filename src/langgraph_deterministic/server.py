@@ -21,9 +21,9 @@ elsewhere:
 * **a run the server cancels** (``POST .../cancel``, the ``interrupt`` and ``rollback``
   multitask strategies) ends its lease as a run that returned: the server decided the
   thread's next run, and the saver lets it start (``rollback``: the server deletes the
-  cancelled run's checkpoints through ``adelete_for_runs``). A run whose worker died
-  (the server killed) keeps the thread until it is retried under its run id; a new run
-  is refused with ``RunUnfinishedError`` meanwhile.
+  cancelled run's checkpoints through ``adelete_for_runs``). A run that raised, or whose
+  server was killed, is continued by its resend under its idempotency key; a new run
+  rolls it back first (the saver's ``multitask_strategy``, see :func:`checkpointer`).
 
 See docs/how-to/langgraph-server.md.
 """
@@ -300,7 +300,16 @@ async def checkpointer() -> AsyncIterator[ServerSaver]:
     yields a :class:`ServerSaver` on a pool. Settings from the environment:
     ``LGD_POOL_MAX_SIZE`` (default 20: the server runs ``N_JOBS_PER_WORKER`` runs at
     once, and reads beside them), ``LGD_LEASE_TTL`` (seconds a killed server keeps a
-    thread busy, default 30), ``LGD_RUN_ID_POLICY`` (default ``require``).
+    thread busy, default 30), ``LGD_RUN_ID_POLICY`` (default ``require``),
+    ``LGD_MULTITASK_STRATEGY`` (default ``rollback``: see below).
+
+    The saver's multitask strategy decides only what the server's queue leaves to it: a
+    run that starts on a thread whose previous run stopped unfinished (it raised, or its
+    server was killed) and that is not that run's resend. Under ``rollback`` the new run
+    removes what the unfinished one wrote and starts from the checkpoint before it (no
+    half-done tool call under the new input; the unfinished run's resend is refused
+    afterwards). ``reject`` refuses the new run until the unfinished one is resent under
+    its idempotency key, which a run started without a key can never be.
     """
     dsn = _dsn()
     install_input_recorder()
@@ -309,6 +318,7 @@ async def checkpointer() -> AsyncIterator[ServerSaver]:
         pool_max_size=int(_number("LGD_POOL_MAX_SIZE", "20", int)),
         lease_ttl=_number("LGD_LEASE_TTL", "30", float),
         run_id_policy=os.environ.get("LGD_RUN_ID_POLICY", "require"),
+        multitask_strategy=os.environ.get("LGD_MULTITASK_STRATEGY", "rollback"),
     )
     async with saver:
         if dsn not in _migrated:

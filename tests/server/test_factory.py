@@ -62,11 +62,26 @@ async def test_the_factory_reads_its_settings(
     monkeypatch.setenv("LGD_POOL_MAX_SIZE", "7")
     monkeypatch.setenv("LGD_LEASE_TTL", "12.5")
     monkeypatch.setenv("LGD_RUN_ID_POLICY", "warn")
+    monkeypatch.setenv("LGD_MULTITASK_STRATEGY", "reject")
     async with checkpointer() as saver:
         assert isinstance(saver, ServerSaver)
         assert saver.lease_ttl == 12.5 and saver.run_id_policy == "warn"
-        assert saver._pool_max_size == 7
+        assert saver._pool_max_size == 7 and saver.multitask_strategy == "reject"
         assert await saver.aapplied_migrations()
+    for name in (
+        "LGD_POOL_MAX_SIZE",
+        "LGD_LEASE_TTL",
+        "LGD_RUN_ID_POLICY",
+        "LGD_MULTITASK_STRATEGY",
+    ):
+        monkeypatch.delenv(name)
+    async with checkpointer() as saver:
+        assert (saver._pool_max_size, saver.lease_ttl, saver.run_id_policy) == (20, 30, "require")
+        assert saver.multitask_strategy == "rollback"
+    monkeypatch.setenv("LGD_LEASE_TTL", "soon")
+    with pytest.raises(ConfigurationError, match="LGD_LEASE_TTL"):
+        async with checkpointer():
+            pass
 
 
 async def test_the_factory_names_the_variables_when_none_is_set(

@@ -317,6 +317,24 @@ async def test_a_key_on_a_run_that_creates_its_thread_is_handed_on(
     assert humans((await c.threads.get_state(thread))["values"]) == ["first"]
 
 
+async def test_a_run_that_raised_is_rolled_back_by_the_next_run(
+    langgraph_server: LangGraphDev, db: str
+) -> None:
+    """The factory's multitask_strategy "rollback": a thread whose run raised (a run the
+    client cannot resend under the server's run id) takes its next run, without the
+    failed run's half-done tool call."""
+    c = client(langgraph_server)
+    thread = await new_thread(c)
+    await c.runs.wait(thread, "agent", input={"messages": [("user", "hi")]})
+    failed = await c.runs.create(thread, "agent", input={"messages": [("user", "tool 0 boom")]})
+    await c.runs.join(thread, failed["run_id"])
+    assert (await c.runs.get(thread, failed["run_id"]))["status"] == "error"
+    assert len(unanswered((await c.threads.get_state(thread))["values"])) == 1
+    out = await c.runs.wait(thread, "agent", input={"messages": [("user", "next")]})
+    assert humans(out) == ["hi", "next"] and unanswered(out) == []
+    assert ledger(db, thread)[failed["run_id"]] == "rolled_back"
+
+
 async def recover(c: Any, thread: str, key: str, message: str) -> dict[str, Any]:
     """The documented recovery after a restart: the thread under its id again, then the
     request resent with its idempotency key."""
@@ -350,10 +368,6 @@ async def test_a_server_killed_mid_run_and_restarted(
     await c.threads.create(thread_id=thread, if_exists="do_nothing", graph_id="agent")
     stuck = await c.threads.get_state(thread)
     assert stuck["next"] == ["tools"] and len(unanswered(stuck["values"])) == 1
-    # A new run is refused while the killed run is unfinished (its lease is live: busy).
-    refused = await c.runs.create(thread, "agent", input={"messages": [("user", "other")]})
-    await c.runs.join(thread, refused["run_id"])
-    assert (await c.runs.get(thread, refused["run_id"]))["status"] == "error"
     # The resend takes the killed run over: its input once, its tool call answered.
     out = await recover(c, thread, key, "tool 2 refund")
     assert humans(out) == ["tool 2 refund"] and unanswered(out) == []

@@ -3,7 +3,7 @@
 A deterministic stand-in for a model: a human message ``"tool <seconds> <text>"`` makes
 the agent call the ``slow`` tool (which sleeps that long, so a test can kill the server
 in the middle of it), ``"ask <text>"`` makes it wait on ``interrupt()`` for an answer,
-anything else gets a plain reply. Every tool call the agent makes is answered by the
+anything else gets a plain reply. The tool raises on the text ``boom``. Every tool call the agent makes is answered by the
 ``tools`` node, so a thread with an unanswered tool call was left by a run that stopped.
 """
 
@@ -46,6 +46,8 @@ async def tools(state: State) -> dict[str, list[AnyMessage]]:
     out: list[AnyMessage] = []
     for call in last.tool_calls:
         await asyncio.sleep(call["args"]["seconds"])
+        if call["args"]["text"] == "boom":
+            raise RuntimeError("the tool failed")
         out.append(ToolMessage(f"slow({call['args']['text']})", tool_call_id=call["id"]))
     return {"messages": out}
 
