@@ -6,8 +6,9 @@ Each trial: a fresh thread, a run whose agent calls a tool that takes 2 s, the s
 SIGKILLed (its whole process group) while the tool runs, the server started again, then
 the documented recovery (docs/how-to/langgraph-server.md): the thread created again
 under its id and the request resent with its idempotency key; then one more run on the
-thread. Counted per saver: inputs applied more than once, tool calls left without an
-answer, threads that took their next run.
+thread (``--recovery new-run``: no resend, only that run). Counted per saver: inputs
+applied more than once (and exactly once), tool calls left without an answer, threads
+that took their next run.
 
     python scripts/server_kill_trials.py --trials 10     # needs the `server` extra
     LGD_SERVER_PYTHON=/path/to/server-venv/bin/python python scripts/...
@@ -66,7 +67,7 @@ async def at_tool(c: Any, thread: str, timeout: float = 30.0) -> None:
     raise TimeoutError(f"thread {thread} never reached its tool")
 
 
-async def trial(server: LangGraphDev, n: int) -> dict[str, Any]:
+async def trial(server: LangGraphDev, n: int, recovery: str) -> dict[str, Any]:
     c = get_client(url=server.url, timeout=120)
     thread = str((await c.threads.create(graph_id="agent"))["thread_id"])
     key, message = f"trial-{n}-{uuid.uuid4().hex[:8]}", f"tool 2 refund-{n}"
@@ -77,16 +78,20 @@ async def trial(server: LangGraphDev, n: int) -> dict[str, Any]:
     started = time.monotonic()
     server.start()
     restart = time.monotonic() - started
-    # The recovery: the thread under its id again (langgraph dev forgot it), the resend.
+    # The thread under its id again (langgraph dev forgot it), then the resend, or
+    # (recovery "new-run") no resend: the next run comes first.
     await c.threads.create(thread_id=thread, if_exists="do_nothing", graph_id="agent")
-    resent = await c.runs.wait(thread, "agent", **request)
-    error = resent.get("__error__") if isinstance(resent, dict) else None
+    error = None
+    if recovery == "resend":
+        resent = await c.runs.wait(thread, "agent", **request)
+        error = resent.get("__error__") if isinstance(resent, dict) else None
     after = await c.runs.wait(thread, "agent", input={"messages": [("user", f"next-{n}")]})
     values = (await c.threads.get_state(thread))["values"]
     took_next = (
         isinstance(after, dict) and "__error__" not in after and f"next-{n}" in humans(values)
     )
     return {
+        "inputs_applied": humans(values).count(message),
         "duplicated_inputs": max(0, humans(values).count(message) - 1),
         "unanswered_tool_calls": len(unanswered(values)),
         "took_next_run": took_next,
@@ -95,15 +100,17 @@ async def trial(server: LangGraphDev, n: int) -> dict[str, Any]:
     }
 
 
-async def run_saver(saver: str, admin_dsn: str, root: Path, trials: int) -> list[dict[str, Any]]:
+async def run_saver(
+    saver: str, admin_dsn: str, root: Path, trials: int, recovery: str
+) -> list[dict[str, Any]]:
     dsn = create_database(admin_dsn, prefix=f"lgd_trials_{saver}")
     server = LangGraphDev(project(root, saver), dsn)
     results = []
     try:
         server.start()
         for n in range(trials):
-            results.append(await trial(server, n))
-            print(saver, n, results[-1], flush=True)
+            results.append(await trial(server, n, recovery))
+            print(saver, recovery, n, results[-1], flush=True)
     finally:
         server.stop()
         drop_database(admin_dsn, database_name(dsn))
@@ -115,6 +122,11 @@ def main() -> None:
     parser.add_argument("--trials", type=int, default=10)
     parser.add_argument("--dsn", default=None)
     parser.add_argument("--savers", default="deterministic,peer")
+    parser.add_argument(
+        "--recovery", default="resend", choices=["resend", "new-run"],
+        help="after the restart: resend the request under its key (the documented "
+        "recovery), or send only the next run",
+    )  # fmt: skip
     args = parser.parse_args()
     check_available()
     url, embedded = (args.dsn, None) if args.dsn else ensure_database_url()
@@ -122,9 +134,11 @@ def main() -> None:
         with tempfile.TemporaryDirectory(prefix="lgd-server-trials-") as tmp:
             summary = {}
             for saver in args.savers.split(","):
-                rows = asyncio.run(run_saver(saver, url, Path(tmp), args.trials))
+                rows = asyncio.run(run_saver(saver, url, Path(tmp), args.trials, args.recovery))
                 summary[saver] = {
+                    "recovery": args.recovery,
                     "trials": len(rows),
+                    "killed_inputs_applied_once": sum(r["inputs_applied"] == 1 for r in rows),
                     "duplicated_inputs": sum(r["duplicated_inputs"] for r in rows),
                     "unanswered_tool_calls": sum(r["unanswered_tool_calls"] for r in rows),
                     "threads_that_took_their_next_run": sum(r["took_next_run"] for r in rows),
