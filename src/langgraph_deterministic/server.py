@@ -78,9 +78,9 @@ IDEMPOTENCY_KEY = "idempotency_key"
 #: Set by :func:`install_input_recorder` in the server process: LangChain's configure hook
 #: creates a fresh recorder for each root call only while this is set.
 RECORDER_ENV = "LGD_RECORD_GRAPH_INPUTS"
-#: The configurable key of the server's own run id, where the saver's config rewrite
-#: keeps it (stored metadata copies no configurable key it does not allow-list).
-SERVER_RUN_KEY = "lgd_server_run_id"
+#: The metadata key under which a checkpoint written under an idempotency key keeps the
+#: run id the server gave the request that wrote it.
+SERVER_RUN_KEY = "server_run_id"
 _UPDATE_PREFIX = "update:"
 
 _hook_lock = threading.Lock()
@@ -195,8 +195,8 @@ class ServerSaver(DeterministicSaver):
             server_run = configurable.get(RUN_ID_KEY) or metadata.get(RUN_ID_KEY)
             rewritten: RunnableConfig = {
                 **config,
-                "configurable": {**configurable, RUN_ID_KEY: key, SERVER_RUN_KEY: server_run},
-                "metadata": {**metadata, RUN_ID_KEY: key},
+                "configurable": {**configurable, RUN_ID_KEY: key},
+                "metadata": {**metadata, RUN_ID_KEY: key, SERVER_RUN_KEY: server_run},
             }
             return rewritten, metadata.get(RUN_ID_KEY, _MISSING)
         if configurable.get(RUN_ID_KEY) is not None or metadata.get(RUN_ID_KEY) is not None:

@@ -129,6 +129,12 @@ async def test_a_resend_with_the_idempotency_key_applies_its_input_once(
     assert again == first
     assert humans(first) == ["tool 0 pay"] and unanswered(first) == []
     assert list(ledger(db, thread)) == [key]  # two server runs, one run of the contract
+    with psycopg.connect(db) as conn:
+        writers = conn.execute(
+            "SELECT DISTINCT metadata->>'server_run_id' FROM checkpoints WHERE thread_id = %s",
+            (thread,),
+        ).fetchall()
+    assert len(writers) == 1 and writers[0][0]  # the first request's server run wrote all
     # The same key with another input is refused before anything runs.
     run = await c.runs.create(
         thread, "agent", input={"messages": [("user", "other")]},
