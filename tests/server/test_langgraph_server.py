@@ -332,13 +332,23 @@ async def test_a_run_that_raised_is_rolled_back_by_the_next_run(
     c = client(langgraph_server)
     thread = await new_thread(c)
     await c.runs.wait(thread, "agent", input={"messages": [("user", "hi")]})
-    failed = await c.runs.create(thread, "agent", input={"messages": [("user", "tool 0 boom")]})
+    key = f"boom-{uuid.uuid4()}"
+    request = {
+        "input": {"messages": [("user", "tool 0 boom")]},
+        "metadata": {"idempotency_key": key},
+    }
+    failed = await c.runs.create(thread, "agent", **request)
     await c.runs.join(thread, failed["run_id"])
     assert (await c.runs.get(thread, failed["run_id"]))["status"] == "error"
     assert len(unanswered((await c.threads.get_state(thread))["values"])) == 1
     out = await c.runs.wait(thread, "agent", input={"messages": [("user", "next")]})
     assert humans(out) == ["hi", "next"] and unanswered(out) == []
-    assert ledger(db, thread)[failed["run_id"]] == "rolled_back"
+    assert ledger(db, thread)[key] == "rolled_back"
+    # Its resend now is refused (RunSupersededError): its input never lands late.
+    late = await c.runs.create(thread, "agent", **request)
+    await c.runs.join(thread, late["run_id"])
+    assert (await c.runs.get(thread, late["run_id"]))["status"] == "error"
+    assert humans((await c.threads.get_state(thread))["values"]) == ["hi", "next"]
 
 
 async def recover(c: Any, thread: str, key: str, message: str) -> dict[str, Any]:
