@@ -39,6 +39,8 @@ RUN_ELSEWHERE = {
     # blocks taken from the examples, which run against a real Temporal / Celery + Redis
     "how-to/temporal.md": "tests/orchestrators/test_examples.py",
     "how-to/celery.md": "tests/orchestrators/test_examples.py",
+    # its client's calls, against a real langgraph dev serving the page's langgraph.json
+    "how-to/langgraph-server.md": "tests/server/test_langgraph_server.py",
 }
 _BLOCK = re.compile(r"(<!-- not run: ([^>]*?) -->\s*\n)?```python\n(.*?)```", re.S)
 
