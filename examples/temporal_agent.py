@@ -114,8 +114,14 @@ class SupportChat:
                 chat_turn, args=[thread_id, step, text],
                 start_to_close_timeout=timedelta(minutes=10),
                 heartbeat_timeout=timedelta(seconds=LEASE_TTL),  # <= the saver's lease_ttl
-                retry_policy=RetryPolicy(initial_interval=timedelta(seconds=0.2),
-                                         maximum_interval=timedelta(seconds=2)),
+                retry_policy=RetryPolicy(
+                    initial_interval=timedelta(seconds=0.2), maximum_interval=timedelta(seconds=2),
+                    maximum_attempts=20,  # a bound for failures nobody classified
+                    # a provider's 4xx (openai, anthropic): retrying cannot help
+                    non_retryable_error_types=["BadRequestError", "AuthenticationError",
+                                               "PermissionDeniedError", "NotFoundError",
+                                               "UnprocessableEntityError"],
+                ),
             ))  # fmt: skip
         return answers
 
@@ -124,6 +130,7 @@ async def main() -> None:
     global GRAPH
     client = await Client.connect(os.environ.get("TEMPORAL_ADDRESS", "127.0.0.1:7233"))
     queue = f"support-{uuid.uuid4().hex[:6]}"
+    # The saver's connections live as long as this block: the worker runs inside it.
     async with DeterministicSaver(os.environ["DATABASE_URL"], lease_ttl=LEASE_TTL) as saver:
         saver.setup()
         GRAPH = build(saver)
