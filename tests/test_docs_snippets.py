@@ -39,6 +39,8 @@ RUN_ELSEWHERE = {
     # whole files and a worker command, run against a real Temporal / Celery + Redis
     "how-to/temporal.md": "tests/orchestrators/test_docs_pages.py",
     "how-to/celery.md": "tests/orchestrators/test_docs_pages.py",
+    # the entry point of a Job, run as the Job runs it beside a graph module of the test's
+    "how-to/retry-loops.md": "tests/orchestrators/test_retry_loops_doc.py",
 }
 _BLOCK = re.compile(r"(<!-- not run: ([^>]*?) -->\s*\n)?```python\n(.*?)```", re.S)
 
