@@ -58,7 +58,13 @@ def retry_delay(exc: BaseException, attempt: int, delay: Callable[[int], float] 
     return wait
 
 
-def prepare(graph: Any, kwargs: dict[str, Any], journal: Any, who: str) -> Any:
+def prepare(
+    graph: Any,
+    kwargs: dict[str, Any],
+    journal: Any,
+    who: str,
+    saver_fix: str = "DeterministicSaver(dsn)",
+) -> Any:
     """Check what a graph call of ``who`` needs and return its DeterministicRunner (for
     ``journal=True`` or a journal) or None. Sets ``durability="sync"`` in ``kwargs``."""
     from langgraph_deterministic.checkpointer.saver import DeterministicSaver
@@ -67,7 +73,7 @@ def prepare(graph: Any, kwargs: dict[str, Any], journal: Any, who: str) -> Any:
     if not isinstance(saver, DeterministicSaver):
         raise ConfigurationError(
             f"{who} needs a graph compiled with a DeterministicSaver, got checkpointer "
-            f"{type(saver).__name__}. Fix: builder.compile(checkpointer=DeterministicSaver(dsn))."
+            f"{type(saver).__name__}. Fix: builder.compile(checkpointer={saver_fix})."
         )
     durability = kwargs.setdefault("durability", "sync")
     if durability != "sync":

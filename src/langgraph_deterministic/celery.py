@@ -15,9 +15,11 @@ Celery's at-least-once delivery:
   become ``self.retry()`` with exponential backoff; before a retry runs the graph again it
   waits while another attempt of the same run still holds the thread's lease, so a second
   delivery never takes a run over from a live worker (a dead or frozen one loses its lease
-  after ``lease_ttl``). Permanent errors (a reused run id with another input, an
-  unfinished previous run) fail the task at once with our message. Any other exception
-  is the task's own business (``autoretry_for`` ...);
+  after ``lease_ttl``). A previous run on the thread whose worker died (its lease
+  expired) is finished first, then this one runs: a whole-worker kill costs the next turn
+  about ``lease_ttl``, not the broker's visibility timeout. Permanent errors (a reused run
+  id with another input, a previous run that raised) fail the task at once with our
+  message. Any other exception is the task's own business (``autoretry_for`` ...);
 * the saver (and whatever else holds connections) is opened per worker process, after
   the fork, by :class:`WorkerLocal`: a prefork pool's children never share the parent's
   sockets.
@@ -172,7 +174,7 @@ def run_graph_task(
     the task's ``max_retries`` bounds them, after which the error is raised. Other keyword
     arguments go to ``invoke``.
     """
-    runner = prepare(graph, kwargs, journal, "run_graph_task")
+    runner = prepare(graph, kwargs, journal, "run_graph_task", "worker_saver(dsn).get()")
     saver = graph.checkpointer
     request = task.request
     run_id = run_id or request.id

@@ -149,7 +149,8 @@ class RunUnfinishedError(DeterministicError):
     """The thread's previous run stopped unfinished (it crashed or raised and was never
     retried), so a new run would apply its input on top of a half-done step (an unanswered
     tool call, say). Nothing was run or written. Fix: retry the unfinished run with its run
-    id, or start the new run with ``multitask_strategy="rollback"``; for threads damaged
+    id (``invoke(None, run_config(thread_id, run_id))``, under the runner when it was
+    journaled), or start the new run with ``multitask_strategy="rollback"``; for threads damaged
     before, ``langgraph-deterministic audit`` / ``repair``.
 
     ``unfinished_run_id`` names the unfinished run (None for a thread stuck before this

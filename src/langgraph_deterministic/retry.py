@@ -2,9 +2,11 @@
 
 The run id must come from outside the process (a job's name, a message id, a key in the
 job's spec), so that a restarted pod resumes the same run instead of starting a new one.
-Inside the process, :func:`call_with_retries` retries what :func:`is_retryable` calls
-transient (another attempt or run holds the thread, the database is down) with backoff and
-raises everything else at once. A Kubernetes Job ends the process with
+Inside the process, :func:`invoke_with_retries` makes the graph call and retries what
+:func:`is_retryable` calls transient (another attempt or run holds the thread, the
+database is down) with backoff, raising everything else at once; a previous run on the
+thread whose process died it finishes first. :func:`call_with_retries` retries any call
+of yours the same way. A Kubernetes Job ends the process with
 :func:`exit_code`: ``EXIT_TRANSIENT`` (75, ``EX_TEMPFAIL``) lets the Job's ``backoffLimit``
 restart the pod, anything else can end the Job through a ``podFailurePolicy``
 (docs/how-to/retry-loops.md).

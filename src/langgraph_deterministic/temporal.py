@@ -25,6 +25,8 @@ thread pool) do what the call needs under Temporal's retries:
   cancelled where it awaits, a sync one finishes the superstep it is in (the retry's
   fencing stops it there) and then raises ``CancelledError``. Either way nothing it
   writes after the retry took over is stored;
+* a previous run on the thread whose worker died (its lease expired: a workflow
+  terminated mid-turn, a workflow per message) is finished first, then this one runs;
 * ``journal=True`` (or a ``PostgresJournal``): the graph runs under
   ``DeterministicRunner``, so a retry does not run again a durable op that had finished.
 """
