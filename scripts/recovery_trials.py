@@ -10,7 +10,7 @@ whole worker is SIGKILLed there (``celery worker`` with its pool, the Temporal w
 process, the job process) and a fresh one started at once. The user's next message
 (turn 2) is sent right after the kill, and sent again whenever it failed for good (a
 user retrying; ``loop`` and ``celery`` only: Temporal's workflow runs turn 2 after turn
-1). Measured from the kill: ``turn1`` until turn 1's run finished (its tool call answered
+1); ``--no-next-turn`` sends none, measuring the broker's redelivery alone. Measured from the kill: ``turn1`` until turn 1's run finished (its tool call answered
 and the model's reply stored), ``turn2`` until turn 2 finished; a trial past
 ``--deadline`` counts as not recovered. Checked per trial: each user message once, no
 unanswered tool call. Prints one line per trial and a JSON summary (median, max).
@@ -43,7 +43,12 @@ sys.path[:0] = [str(REPO), str(REPO / "src")]
 from tests.orchestrators import _agent  # noqa: E402
 from tests.orchestrators.servers import RedisServer, TemporalDevServer  # noqa: E402
 
-from devtools.postgres import create_database, ensure_database_url  # noqa: E402
+from devtools.postgres import (  # noqa: E402
+    create_database,
+    database_name,
+    drop_database,
+    ensure_database_url,
+)
 from langgraph_deterministic import DeterministicSaver  # noqa: E402
 
 
@@ -254,9 +259,11 @@ def trial(rig: Any, dsn: str, saver: DeterministicSaver, n: int, args: argparse.
     t0 = time.monotonic()
     q(dsn, "UPDATE trial_plan SET state = 'released' WHERE thread_id = %s", thread)
     watch = Watch(saver, thread, t0)
-    sent = 1
-    current = rig.next_turn(thread, sent)
-    while time.monotonic() - t0 < args.deadline and not watch.done():
+    sent = 0 if args.no_next_turn else 1
+    current = None if args.no_next_turn else rig.next_turn(thread, sent)
+    while time.monotonic() - t0 < args.deadline and not (
+        watch.done() or (args.no_next_turn and watch.turn1 is not None)
+    ):
         watch.poll()
         if current is not None and watch.turn2 is None and permanent_failures(dsn, thread, current):
             time.sleep(args.resend)  # the user sends the message again
@@ -286,6 +293,8 @@ def main() -> None:
     parser.add_argument("--trials", type=int, default=10)
     parser.add_argument("--deadline", type=float, default=120.0)
     parser.add_argument("--resend", type=float, default=2.0, help="seconds before a resend")
+    parser.add_argument("--no-next-turn", action="store_true",
+                        help="send no turn 2: measure the redelivery alone (celery, loop)")
     parser.add_argument("--src", default=None, help="run the workers on this src directory")
     parser.add_argument("--journal", action=argparse.BooleanOptionalAction, default=None)
     parser.add_argument("--lease-ttl", type=float, default=10.0)
@@ -296,6 +305,7 @@ def main() -> None:
     parser.add_argument("--heartbeat", type=float, default=10.0, help="Temporal heartbeat timeout")
     parser.add_argument("--initial-interval", type=float, default=1.0, help="Temporal retry")
     parser.add_argument("--logdir", type=Path, default=None)
+    parser.add_argument("--keep", action="store_true", help="keep the trials' database")
     args = parser.parse_args()
     journal = args.journal if args.journal is not None else args.orchestrator != "loop"
     args.logdir = args.logdir or Path(f"/tmp/lgd-recovery-{args.orchestrator}-{os.getpid()}")
@@ -320,6 +330,8 @@ def main() -> None:
                 print(json.dumps(r), flush=True)
     finally:
         rig.stop()
+        if not args.keep:
+            drop_database(admin, database_name(dsn))
         if server is not None:
             server.stop()
     settings = {k: getattr(args, k) for k in ("lease_ttl", "deadline")}
