@@ -136,8 +136,8 @@ atexit.register(_close_all)
 
 
 def retry_countdown(retries: int, *, base: float = 0.5, cap: float = 30.0) -> float:
-    """Seconds before retry number ``retries + 1``: :func:`langgraph_deterministic.retry.
-    backoff` of the attempt that failed (``base * 2**retries``, at most ``cap``)."""
+    """Seconds before retry number ``retries + 1``: ``retry.backoff(retries + 1)``, the one
+    backoff of the package (``base * 2**retries``, at most ``cap``)."""
     return backoff(retries + 1, base=base, cap=cap)
 
 
