@@ -28,6 +28,7 @@ def test_temporal_example(db: str, temporal_server: TemporalDevServer) -> None:
         "temporal_agent.py", {"DATABASE_URL": db, "TEMPORAL_ADDRESS": temporal_server.address}
     )
     assert "failed after one attempt: RunInputMismatchError" in out
+    assert "failed after one attempt: BadRequestError" in out
 
 
 def test_celery_example(db: str, redis_server: RedisServer) -> None:
