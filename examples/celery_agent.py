@@ -17,7 +17,7 @@ two turns of a chat:
 2. The same message delivered twice at once (a visibility timeout shorter than the task,
    or a producer retry that kept the task id): one delivery runs the turn, the other is
    fenced off, retries, finds the run finished and returns its answer.
-3. Turn 2 on the same thread: the thread is neither stuck nor duplicated.
+3. Turn 3 on the same thread: the thread is neither stuck nor duplicated.
 """
 
 from __future__ import annotations
@@ -50,9 +50,11 @@ app.conf.update(
     task_acks_late=True,  # ack after the task ran: a lost worker's message is redelivered
     task_reject_on_worker_lost=True,  # ... also when the pool process was killed
     worker_prefetch_multiplier=1,  # a busy process does not sit on other messages
-    broker_transport_options={
-        "visibility_timeout": 3600,  # longer than the longest graph call
-        "unacked_restore_interval": 10,
+    broker_transport_options={  # why each: docs/how-to/celery.md
+        "visibility_timeout": 300,  # longer than the longest turn
+        "unacked_restore_interval": 5,
+        "unacked_restore_throttle": 1,
+        "unacked_mutex_expire": 30,
     },
     result_expires=3600,
 )
@@ -108,7 +110,8 @@ def build(saver: DeterministicSaver) -> Any:
 GRAPH = WorkerLocal(lambda: build(SAVER.get()))
 
 
-@app.task(bind=True, max_retries=20)
+@app.task(bind=True, max_retries=20, autoretry_for=(TimeoutError, ConnectionError),
+          retry_backoff=True, retry_backoff_max=30)  # fmt: skip
 def chat_turn(self: Any, thread_id: str, text: str) -> str:
     out = run_graph_task(self, GRAPH.get(), {"messages": [HumanMessage(content=text)]},
                          thread_id=thread_id, journal=True)  # fmt: skip

@@ -17,6 +17,9 @@ It starts a worker in this process and runs three workflows:
 3. A workflow that gets the run id wrong (every turn uses the same step key): turn 2 is
    refused with ``RunInputMismatchError``, non-retryable, so the workflow fails after one
    attempt with our message instead of retrying it for minutes.
+4. The model provider rejects a turn (a 400, ``BadRequestError``): the retry policy's
+   ``non_retryable_error_types`` names it, so the turn fails after one attempt instead of
+   being retried for as long as the workflow lives.
 """
 
 from __future__ import annotations
@@ -57,8 +60,14 @@ def refund(order: str) -> str:
     return f"refunded {order}"
 
 
+class BadRequestError(Exception):
+    """What a provider's client raises for a 400 (openai.BadRequestError, anthropic's)."""
+
+
 def model(state: Chat) -> Chat:  # a fake model: asks for a refund, then answers
     last = state["messages"][-1]
+    if isinstance(last, HumanMessage) and last.content == "(an image too large)":
+        raise BadRequestError("400: image exceeds 5 MB")  # retrying cannot help
     if isinstance(last, HumanMessage):
         call = {"name": "refund", "args": {"order": str(last.content)}, "id": uuid.uuid4().hex}
         return {"messages": [AIMessage(content="", tool_calls=[call])]}
@@ -114,8 +123,14 @@ class SupportChat:
                 chat_turn, args=[thread_id, step, text],
                 start_to_close_timeout=timedelta(minutes=10),
                 heartbeat_timeout=timedelta(seconds=LEASE_TTL),  # <= the saver's lease_ttl
-                retry_policy=RetryPolicy(initial_interval=timedelta(seconds=0.2),
-                                         maximum_interval=timedelta(seconds=2)),
+                retry_policy=RetryPolicy(
+                    initial_interval=timedelta(seconds=0.2), maximum_interval=timedelta(seconds=2),
+                    maximum_attempts=20,  # a bound for failures nobody classified
+                    # a provider's 4xx (openai, anthropic): retrying cannot help
+                    non_retryable_error_types=["BadRequestError", "AuthenticationError",
+                                               "PermissionDeniedError", "NotFoundError",
+                                               "UnprocessableEntityError"],
+                ),
             ))  # fmt: skip
         return answers
 
@@ -124,6 +139,7 @@ async def main() -> None:
     global GRAPH
     client = await Client.connect(os.environ.get("TEMPORAL_ADDRESS", "127.0.0.1:7233"))
     queue = f"support-{uuid.uuid4().hex[:6]}"
+    # The saver's connections live as long as this block: the worker runs inside it.
     async with DeterministicSaver(os.environ["DATABASE_URL"], lease_ttl=LEASE_TTL) as saver:
         saver.setup()
         GRAPH = build(saver)
@@ -133,6 +149,7 @@ async def main() -> None:
                 await chat(client, queue)
                 await busy_thread(client, queue, saver)
                 await wrong_run_id(client, queue)
+                await provider_rejects(client, queue)
     print("OK: one refund per turn:", sorted(REFUNDS.values()))
 
 
@@ -193,6 +210,24 @@ async def wrong_run_id(client: Client, queue: str) -> None:
         assert isinstance(cause, ApplicationError) and cause.non_retryable, cause
         assert cause.type == "RunInputMismatchError", cause.type
         print(f"  failed after one attempt: {cause.type}: {cause.message[:90]}...")
+
+
+async def provider_rejects(client: Client, queue: str) -> None:
+    print("4. The model provider rejects the turn (a 400): no retry, the workflow fails.")
+    thread = f"ticket-{uuid.uuid4().hex[:8]}"
+    try:
+        await client.execute_workflow(
+            SupportChat.run, args=[thread, ["(an image too large)"]],
+            id=f"chat-{thread}", task_queue=queue,
+        )  # fmt: skip
+        raise AssertionError("the provider's 400 should have failed the turn")
+    except WorkflowFailureError as exc:
+        failure = exc.cause
+        assert isinstance(failure, ActivityError), failure
+        assert failure.retry_state == RetryState.NON_RETRYABLE_FAILURE, failure.retry_state
+        cause = failure.cause
+        assert isinstance(cause, ApplicationError) and cause.type == "BadRequestError", cause
+        print(f"  failed after one attempt: {cause.type}: {cause.message}")
 
 
 if __name__ == "__main__":

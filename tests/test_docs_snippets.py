@@ -36,9 +36,11 @@ RUN_ELSEWHERE = {
     "how-to/migrations.md": "tests/test_docs_migrations.py",  # asserts the printed plan
     "how-to/going-back.md": "tests/ops/test_docs_going_back.py",  # its CLI steps, then Python
     "how-to/high-availability.md": "tests/test_docs_high_availability.py",  # a real failover
-    # blocks taken from the examples, which run against a real Temporal / Celery + Redis
-    "how-to/temporal.md": "tests/orchestrators/test_examples.py",
-    "how-to/celery.md": "tests/orchestrators/test_examples.py",
+    # whole files and a worker command, run against a real Temporal / Celery + Redis
+    "how-to/temporal.md": "tests/orchestrators/test_docs_pages.py",
+    "how-to/celery.md": "tests/orchestrators/test_docs_pages.py",
+    # the entry point of a Job, run as the Job runs it beside a graph module of the test's
+    "how-to/retry-loops.md": "tests/orchestrators/test_retry_loops_doc.py",
     # its client's calls, against a real langgraph dev serving the page's langgraph.json
     "how-to/langgraph-server.md": "tests/server/test_langgraph_server.py",
 }

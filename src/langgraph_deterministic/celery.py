@@ -15,9 +15,11 @@ Celery's at-least-once delivery:
   become ``self.retry()`` with exponential backoff; before a retry runs the graph again it
   waits while another attempt of the same run still holds the thread's lease, so a second
   delivery never takes a run over from a live worker (a dead or frozen one loses its lease
-  after ``lease_ttl``). Permanent errors (a reused run id with another input, an
-  unfinished previous run) fail the task at once with our message. Any other exception
-  is the task's own business (``autoretry_for`` ...);
+  after ``lease_ttl``). A previous run on the thread whose worker died (its lease
+  expired) is finished first, then this one runs: a whole-worker kill costs the next turn
+  about ``lease_ttl``, not the broker's visibility timeout. Permanent errors (a reused run
+  id with another input, a previous run that raised) fail the task at once with our
+  message. Any other exception is the task's own business (``autoretry_for`` ...);
 * the saver (and whatever else holds connections) is opened per worker process, after
   the fork, by :class:`WorkerLocal`: a prefork pool's children never share the parent's
   sockets.
@@ -35,6 +37,12 @@ import threading
 from collections.abc import Callable
 from typing import Any, Generic, TypeVar
 
+from langgraph_deterministic._orchestration import (
+    backoff,
+    invoke_finishing_first,
+    prepare,
+    retry_delay,
+)
 from langgraph_deterministic.checkpointer.contract import MultitaskStrategy
 from langgraph_deterministic.config import run_config
 from langgraph_deterministic.errors import (
@@ -128,8 +136,9 @@ atexit.register(_close_all)
 
 
 def retry_countdown(retries: int, *, base: float = 0.5, cap: float = 30.0) -> float:
-    """Seconds before retry number ``retries + 1``: ``base * 2**retries``, at most ``cap``."""
-    return float(min(cap, base * 2 ** min(retries, 30)))
+    """Seconds before retry number ``retries + 1``: ``retry.backoff(retries + 1)``, the one
+    backoff of the package (``base * 2**retries``, at most ``cap``)."""
+    return backoff(retries + 1, base=base, cap=cap)
 
 
 def _other_attempt_live(saver: Any, thread_id: str, run_id: str) -> float | None:
@@ -165,21 +174,8 @@ def run_graph_task(
     the task's ``max_retries`` bounds them, after which the error is raised. Other keyword
     arguments go to ``invoke``.
     """
-    from langgraph_deterministic.checkpointer.saver import DeterministicSaver
-
-    saver = getattr(graph, "checkpointer", None)
-    if not isinstance(saver, DeterministicSaver):
-        raise ConfigurationError(
-            f"run_graph_task needs a graph compiled with a DeterministicSaver, got "
-            f"checkpointer {type(saver).__name__}. Fix: builder.compile(checkpointer="
-            "worker_saver(dsn).get())."
-        )
-    durability = kwargs.setdefault("durability", "sync")
-    if durability != "sync":
-        raise ConfigurationError(
-            f"run_graph_task runs with durability='sync' (an attempt fenced off by another "
-            f"delivery stops at its next superstep), got {durability!r}. Fix: leave it out."
-        )
+    runner = prepare(graph, kwargs, journal, "run_graph_task", "worker_saver(dsn).get()")
+    saver = graph.checkpointer
     request = task.request
     run_id = run_id or request.id
     if not run_id:
@@ -202,15 +198,9 @@ def run_graph_task(
             )
     config = run_config(thread_id, run_id, multitask_strategy=multitask_strategy)
     try:
-        if journal is not None and journal is not False:
-            from langgraph_deterministic.runner import DeterministicRunner, PostgresJournal
-
-            runner = DeterministicRunner(
-                journal=PostgresJournal(saver) if journal is True else journal
-            )
-            return runner.invoke(graph, input, config, **kwargs)
-        return graph.invoke(input, config, **kwargs)
+        return invoke_finishing_first(graph, runner, input, config, kwargs)
     except DeterministicError as exc:
         if is_retryable(exc):
-            raise task.retry(exc=exc, countdown=countdown(retries)) from exc
+            wait = retry_delay(exc, retries + 1, lambda attempt: countdown(attempt - 1))
+            raise task.retry(exc=exc, countdown=wait) from exc
         raise

@@ -13,7 +13,7 @@ stop retrying and surface it. :func:`is_retryable` reads it for any exception.
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import Any, ClassVar
 
 
 class DeterministicError(Exception):
@@ -147,17 +147,33 @@ class ConcurrentRunError(DeterministicError):
 class ThreadBusyError(DeterministicError):
     """Another run holds the thread (a live lease) and this run's multitask_strategy is
     ``reject`` (or ``enqueue`` and its wait timed out). Nothing was run or written. Fix:
-    retry later, or choose another strategy (``enqueue``, ``interrupt``, ``rollback``)."""
+    retry later, or choose another strategy (``enqueue``, ``interrupt``, ``rollback``).
+
+    ``lease_expires_at`` (aware UTC datetime, or None): when the holder's lease ends
+    unless it is renewed, the earliest moment a retry can be admitted."""
 
     retryable = True
+    holder_run_id: str | None = None
+    lease_expires_at: Any = None
 
 
 class RunUnfinishedError(DeterministicError):
     """The thread's previous run stopped unfinished (it crashed or raised and was never
     retried), so a new run would apply its input on top of a half-done step (an unanswered
     tool call, say). Nothing was run or written. Fix: retry the unfinished run with its run
-    id, or start the new run with ``multitask_strategy="rollback"``; for threads damaged
-    before, ``langgraph-deterministic audit`` / ``repair``."""
+    id (``invoke(None, run_config(thread_id, run_id))``, under the runner when it was
+    journaled), or start the new run with ``multitask_strategy="rollback"``; for threads damaged
+    before, ``langgraph-deterministic audit`` / ``repair``.
+
+    ``unfinished_run_id`` names the unfinished run (None for a thread stuck before this
+    saver), ``died`` is True when its worker died holding the thread (its lease expired)
+    rather than the run raising, ``journaled`` when it ran under a ``DeterministicRunner``
+    with a journal: what the integration modules read to finish it first."""
+
+    thread_id: str | None = None
+    unfinished_run_id: str | None = None
+    died: bool = False
+    journaled: bool = False
 
 
 class PruneRefusedError(DeterministicError, NotImplementedError):

@@ -25,6 +25,8 @@ thread pool) do what the call needs under Temporal's retries:
   cancelled where it awaits, a sync one finishes the superstep it is in (the retry's
   fencing stops it there) and then raises ``CancelledError``. Either way nothing it
   writes after the retry took over is stored;
+* a previous run on the thread whose worker died (its lease expired: a workflow
+  terminated mid-turn, a workflow per message) is finished first, then this one runs;
 * ``journal=True`` (or a ``PostgresJournal``): the graph runs under
   ``DeterministicRunner``, so a retry does not run again a durable op that had finished.
 """
@@ -38,6 +40,11 @@ from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from typing import Any
 
+from langgraph_deterministic._orchestration import (
+    ainvoke_finishing_first,
+    invoke_finishing_first,
+    prepare,
+)
 from langgraph_deterministic.checkpointer.contract import MultitaskStrategy
 from langgraph_deterministic.config import run_config
 from langgraph_deterministic.errors import (
@@ -127,9 +134,7 @@ def check_heartbeat_timeout(saver: Any) -> None:
 def to_application_error(exc: DeterministicError) -> ApplicationError:
     """Our error as a Temporal failure: our message, the class name as ``type``,
     ``non_retryable`` when retrying the same call cannot succeed."""
-    return ApplicationError(
-        str(exc), type=type(exc).__name__, non_retryable=not is_retryable(exc)
-    )
+    return ApplicationError(str(exc), type=type(exc).__name__, non_retryable=not is_retryable(exc))
 
 
 @contextmanager
@@ -185,30 +190,9 @@ def heartbeating_sync(every: float | None = None) -> Iterator[None]:
 
 
 def _prepare(graph: Any, kwargs: dict[str, Any], journal: Any) -> Any:
-    from langgraph_deterministic.checkpointer.saver import DeterministicSaver
-
-    saver = getattr(graph, "checkpointer", None)
-    if not isinstance(saver, DeterministicSaver):
-        raise ConfigurationError(
-            f"run_graph needs a graph compiled with a DeterministicSaver, got checkpointer "
-            f"{type(saver).__name__}. Fix: builder.compile(checkpointer=DeterministicSaver(dsn))."
-        )
-    durability = kwargs.setdefault("durability", "sync")
-    if durability != "sync":
-        raise ConfigurationError(
-            f"run_graph runs with durability='sync' (an attempt fenced off by a retry stops "
-            f"at its next superstep), got {durability!r}. Fix: leave durability out."
-        )
-    check_heartbeat_timeout(saver)
-    if journal is True:
-        from langgraph_deterministic.runner import PostgresJournal
-
-        journal = PostgresJournal(saver)
-    if journal is not None and journal is not False:
-        from langgraph_deterministic.runner import DeterministicRunner
-
-        return DeterministicRunner(journal=journal)
-    return None
+    runner = prepare(graph, kwargs, journal, "run_graph")
+    check_heartbeat_timeout(graph.checkpointer)
+    return runner
 
 
 async def run_graph(
@@ -232,13 +216,9 @@ async def run_graph(
     """
     with temporal_errors():
         runner = _prepare(graph, kwargs, journal)
-        config = run_config(
-            thread_id, activity_run_id(step), multitask_strategy=multitask_strategy
-        )
+        config = run_config(thread_id, activity_run_id(step), multitask_strategy=multitask_strategy)
         async with heartbeating(heartbeat_every):
-            if runner is not None:
-                return await runner.ainvoke(graph, input, config, **kwargs)
-            return await graph.ainvoke(input, config, **kwargs)
+            return await ainvoke_finishing_first(graph, runner, input, config, kwargs)
 
 
 def run_graph_sync(
@@ -261,10 +241,6 @@ def run_graph_sync(
     superstep: the retry's fencing refuses its next checkpoint."""
     with temporal_errors():
         runner = _prepare(graph, kwargs, journal)
-        config = run_config(
-            thread_id, activity_run_id(step), multitask_strategy=multitask_strategy
-        )
+        config = run_config(thread_id, activity_run_id(step), multitask_strategy=multitask_strategy)
         with heartbeating_sync(heartbeat_every), activity.shield_thread_cancel_exception():
-            if runner is not None:
-                return runner.invoke(graph, input, config, **kwargs)
-            return graph.invoke(input, config, **kwargs)
+            return invoke_finishing_first(graph, runner, input, config, kwargs)

@@ -2,7 +2,9 @@
 
 Env: ``LGD_TRIAL_BROKER`` (a redis URL), ``LGD_TRIAL_DSN``, ``LGD_TRIAL_JOURNAL=1``,
 ``LGD_TRIAL_VISIBILITY`` (the broker's visibility timeout, default 4 s),
-``LGD_TRIAL_LEASE_TTL`` (default 2 s). The settings are the ones docs/how-to/celery.md
+``LGD_TRIAL_LEASE_TTL`` (default 2 s), ``LGD_TRIAL_RESTORE_INTERVAL`` /
+``LGD_TRIAL_RESTORE_THROTTLE`` (kombu's restore sweep, default 1 / 1),
+``LGD_TRIAL_MUTEX_EXPIRE`` (kombu's ``unacked_mutex_expire``, default 300). The settings are the ones docs/how-to/celery.md
 recommends.
 """
 
@@ -24,8 +26,11 @@ app.conf.update(
     worker_prefetch_multiplier=1,
     broker_transport_options={
         "visibility_timeout": float(os.environ.get("LGD_TRIAL_VISIBILITY", "4")),
-        "unacked_restore_interval": 1,  # sweep for messages past their visibility timeout
-        "unacked_restore_throttle": 1,  # every second (the default: every 100 s)
+        # sweep for messages past their visibility timeout every second (kombu's
+        # default: every 100 s, interval 10 x throttle 10)
+        "unacked_restore_interval": int(os.environ.get("LGD_TRIAL_RESTORE_INTERVAL", "1")),
+        "unacked_restore_throttle": int(os.environ.get("LGD_TRIAL_RESTORE_THROTTLE", "1")),
+        "unacked_mutex_expire": int(os.environ.get("LGD_TRIAL_MUTEX_EXPIRE", "300")),
     },
     task_ignore_result=True,
     worker_hijack_root_logger=False,

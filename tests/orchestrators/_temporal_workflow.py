@@ -13,7 +13,8 @@ from temporalio.common import RetryPolicy
 class ChatWorkflow:
     @workflow.run
     async def run(self, thread_id: str, turns: list[str], first: int = 1,
-                  activity: str = "chat_turn", heartbeat_s: float = 2.0) -> list[str]:  # fmt: skip
+                  activity: str = "chat_turn", heartbeat_s: float = 2.0,
+                  initial_s: float = 0.2) -> list[str]:  # fmt: skip
         answers = []
         for n, text in enumerate(turns, start=first):
             answer = await workflow.execute_activity(
@@ -22,7 +23,7 @@ class ChatWorkflow:
                 start_to_close_timeout=timedelta(seconds=120),
                 heartbeat_timeout=timedelta(seconds=heartbeat_s),
                 retry_policy=RetryPolicy(
-                    initial_interval=timedelta(seconds=0.2),
+                    initial_interval=timedelta(seconds=initial_s),
                     maximum_interval=timedelta(seconds=2),
                     maximum_attempts=30,
                 ),

@@ -61,3 +61,4 @@ def test_celery_twin_delivery(
                      "--transient", "0")  # fmt: skip
     assert_clean(summary)
     assert summary["duplicate_winners"] == {"1": 1}, summary
+

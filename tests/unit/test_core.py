@@ -636,9 +636,27 @@ def test_enqueued_run_leaves_the_queue_when_its_timeout_is_spent() -> None:
 @pytest.mark.parametrize("strategy", ["reject", "enqueue"])
 def test_unfinished_previous_run_is_refused(strategy: str) -> None:
     db = FakeDb().on("admit", [admit_row("unfinished")]).on("select_head_with_run", NEW_THREAD)
-    with pytest.raises(RunUnfinishedError, match="'r0'"):
+    with pytest.raises(RunUnfinishedError, match="'r0'") as refused:
         db.run(_core.get_tuple(CODEC, graph_config(strategy=strategy), RunContract()))
-    assert db.names() == [["admit", "select_head_with_run"]]
+    # One more read, on the refusal only: how the unfinished run was started.
+    assert db.names() == [["admit", "select_head_with_run"], ["run_journaled"]]
+    assert db.sent("run_journaled")[0].params["run_id"] == "r0"
+    assert refused.value.unfinished_run_id == "r0" and not refused.value.journaled
+    assert "graph.invoke(None, run_config('t1', 'r0'))" in str(refused.value)
+
+
+def test_an_unfinished_journaled_run_names_the_runner_as_its_fix() -> None:
+    db = (
+        FakeDb().on("admit", [admit_row("unfinished")]).on("select_head_with_run", NEW_THREAD)
+        .on("run_journaled", [(1,)])
+    )  # fmt: skip
+    with pytest.raises(RunUnfinishedError) as refused:
+        db.run(_core.get_tuple(CODEC, graph_config(), RunContract()))
+    assert refused.value.journaled
+    assert (
+        "DeterministicRunner(journal=PostgresJournal(saver)).invoke(graph, None, "
+        "run_config('t1', 'r0'))" in str(refused.value)
+    )
 
 
 def test_late_retry_of_a_finished_run_loads_its_final_checkpoint() -> None:

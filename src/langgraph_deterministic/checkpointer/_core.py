@@ -283,7 +283,14 @@ def _start_graph_run(
             fence_at = admission.fence_at if journaled else None
             break
         if admission.verdict == "unfinished":
-            contract.refuse_unfinished(info, admission)
+            # How the unfinished run was started decides the fix the error names (one
+            # read, on the refusal only): its attempts in the journal mean a runner's.
+            holder = admission.holder
+            (in_journal,) = yield Batch.read(
+                queries()["run_journaled"],
+                {"thread_id": thread_id, "run_id": holder.run_id if holder else None},
+            )
+            contract.refuse_unfinished(info, admission, bool(in_journal))
         if strategy != "enqueue":
             contract.refuse_busy(info, admission, None)
         ticket = admission.ticket

@@ -281,33 +281,56 @@ class RunContract:
                 f"Thread {info.thread_id!r} is busy: {held} is running on it{until}, and run "
                 f"{info.run_id!r} has multitask_strategy={strategy!r}."
             )
-        raise ThreadBusyError(
+        exc = ThreadBusyError(
             f"{why} Nothing was run or written. Retry later, or start the run with "
             "run_config(thread_id, run_id, multitask_strategy=...): 'enqueue' waits its "
             "turn, 'interrupt' stops the running run at its next write and continues from "
             "its latest checkpoint, 'rollback' stops it and removes what it wrote."
         )
+        if lease is not None:
+            exc.holder_run_id, exc.lease_expires_at = lease.run_id, lease.expires_at
+        raise exc
 
-    def refuse_unfinished(self, info: CallInfo, admission: Admission) -> None:
+    def refuse_unfinished(
+        self, info: CallInfo, admission: Admission, journaled: bool = False
+    ) -> None:
+        """Refuse a new run on a thread whose previous run is unfinished, naming the fix
+        for the way that run was started: ``journaled`` (its attempts are in the journal:
+        a DeterministicRunner ran it, and its durable ops need one to continue)."""
         lease = admission.holder
         prev = lease.run_id if lease else "?"
+        died = not (lease and lease.ended == "error")
         how = (
-            "raised an exception"
-            if lease and lease.ended == "error"
-            else "stopped without returning (its worker died; its lease expired)"
+            "stopped without returning (its worker died; its lease expired)"
+            if died
+            else "raised an exception"
         )
-        raise RunUnfinishedError(
+        cont = f"None, run_config({info.thread_id!r}, {prev!r})"
+        if journaled:
+            retry = (
+                "DeterministicRunner(journal=PostgresJournal(saver)).invoke(graph, "
+                f"{cont}) (it ran under a DeterministicRunner: graph.invoke cannot run its "
+                "durable ops)"
+            )
+        else:
+            retry = f"graph.invoke({cont})"
+        exc = RunUnfinishedError(
             f"The previous run on thread {info.thread_id!r}, {prev!r}, {how} and was never "
             f"retried: the thread holds its half-done step (for an agent, possibly a tool call "
             f"without a result, which model providers reject). Run {info.run_id!r} would "
-            "apply its input on top of it, so nothing was run or written. Either retry the "
-            f"unfinished run with its run id (run_config({info.thread_id!r}, {prev!r}) and "
-            "its original input: it resumes where it stopped), or start this run with "
-            "run_config(..., multitask_strategy='rollback') to remove what the unfinished "
-            "run wrote and continue from the checkpoint before it ('interrupt' continues on "
-            "top of it instead). To find and fix threads damaged before: "
-            "`langgraph-deterministic audit` / `langgraph-deterministic repair`."
+            "apply its input on top of it, so nothing was run or written. Either finish the "
+            f"unfinished run first: {retry} continues it where it stopped (its original "
+            "input instead of None does the same), then run this one; or start this run "
+            "with run_config(..., multitask_strategy='rollback') to remove what the "
+            "unfinished run wrote and continue from the checkpoint before it ('interrupt' "
+            "continues on top of it instead). run_graph_task (Celery), temporal.run_graph "
+            "and retry.invoke_with_retries finish a run whose worker died themselves. To "
+            "find and fix threads damaged before: `langgraph-deterministic audit` / "
+            "`langgraph-deterministic repair`."
         )
+        exc.thread_id, exc.unfinished_run_id = info.thread_id, lease.run_id if lease else None
+        exc.died, exc.journaled = died, journaled
+        raise exc
 
     def check_stuck_head(
         self, info: CallInfo, head: CheckpointTuple, kind: InputKind | None
@@ -353,7 +376,7 @@ class RunContract:
         kind = fingerprint_kind(info.fingerprint)
         if head_run == run_id:
             stored = head_metadata.get(FINGERPRINT_KEY)
-            self._check_same_input(info, stored if isinstance(stored, str) else None)
+            self._check_same_input(info, stored if isinstance(stored, str) else None, kind)
             if kind == "command":
                 raise RunSupersededError(
                     f"Run {run_id!r} on thread {info.thread_id!r} was started by a Command "
@@ -370,7 +393,7 @@ class RunContract:
         if ledger is None:
             return StartDecision("proceed")
         # A run this thread has seen before, but the head is another run's: a late retry.
-        self._check_same_input(info, ledger.input_fingerprint)
+        self._check_same_input(info, ledger.input_fingerprint, kind)
         if ledger.status == "done" and kind != "command" and ledger.last_checkpoint_id:
             return StartDecision("final", ledger.last_checkpoint_id)
         if ledger.status == "rolled_back":
@@ -416,7 +439,16 @@ class RunContract:
             raise RunIdRequiredError(message + " Nothing was run or written.")
         self._warn_once(info.thread_id, message)
 
-    def _check_same_input(self, info: CallInfo, stored: str | None) -> None:
+    def _check_same_input(
+        self, info: CallInfo, stored: str | None, kind: InputKind | None = None
+    ) -> None:
+        if kind == "none" and stored and info.recorder is not None:
+            # ``invoke(None, run_config(thread, run_id))`` of a run the thread has seen:
+            # LangGraph continues from the latest checkpoint, applying no input, so
+            # nothing can be dropped. The call adopts the run's fingerprint (its writes
+            # carry it, and a later retry with the original input still matches).
+            info.recorder.fingerprint = stored
+            return
         if info.fingerprint and stored and info.fingerprint != stored:
             raise RunInputMismatchError(
                 f"Run {info.run_id!r} on thread {info.thread_id!r} was first called with a "

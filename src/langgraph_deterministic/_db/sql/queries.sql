@@ -519,6 +519,12 @@ UPDATE lgd_leases l SET expires_at = now() + l.ttl
 FROM unnest(%(threads)s::text[], %(runs)s::text[]) AS h (thread_id, run_id)
 WHERE l.thread_id = h.thread_id AND l.run_id = h.run_id AND l.ended IS NULL
 
+-- name: run_journaled
+-- Whether a run had attempts under a DeterministicRunner's journal (read when refusing a
+-- new run because this one is unfinished: the fix the error names depends on it).
+SELECT 1 FROM lgd_journal_attempts WHERE thread_id = %(thread_id)s AND run_id = %(run_id)s
+LIMIT 1
+
 -- name: leave_queue
 DELETE FROM lgd_queue WHERE thread_id = %(thread_id)s AND ticket = %(ticket)s
 
