@@ -50,12 +50,13 @@ from langgraph.checkpoint.base import (
     CheckpointTuple,
 )
 
-from langgraph_deterministic.checkpointer._keys import (
+from langgraph_deterministic.checkpointer.contract import (
     CARRIED,
     GRAPH_RUN_MARKER,
     RUN_ID_KEY,
+    RunInputRecorder,
+    find_recorder,
 )
-from langgraph_deterministic.checkpointer._recorder import RunInputRecorder, find_recorder
 from langgraph_deterministic.checkpointer.saver import DeterministicSaver
 from langgraph_deterministic.errors import ConfigurationError
 

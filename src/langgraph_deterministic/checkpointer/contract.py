@@ -711,6 +711,7 @@ __all__ = [
     "ATTEMPT_KEY",
     "BRANCHING",
     "BRANCH_KEY",
+    "CARRIED",
     "DEFAULT_METADATA_KEYS",
     "FINGERPRINT_KEY",
     "GRAPH_RUN_MARKER",
