@@ -10,6 +10,7 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from langgraph_deterministic.errors import (
     ConfigurationError,
+    DatabaseAccessError,
     DatabaseUnavailableError,
     DeterministicError,
 )
@@ -42,14 +43,20 @@ def explain(exc: psycopg.OperationalError, dsn: str, source: str) -> Determinist
     where = f"{redact(dsn)} (from {source})"
     state = getattr(exc, "sqlstate", None)
     if state in ("28P01", "28000") or any(a in text for a in _AUTH):
-        return ConfigurationError(
+        return DatabaseAccessError(
             f"authentication failed for {where}: {text}. Fix: correct the user name or "
             f"password in {source} (the server refused this login)."
         )
     if state == "3D000" or ('database "' in text and "does not exist" in text):
-        return ConfigurationError(
+        return DatabaseAccessError(
             f"the database named in {where} does not exist: {text}. Fix: create it "
             f"(createdb) or name an existing one in {source}."
+        )
+    if state == "42501" or "permission denied for database" in text:
+        return DatabaseAccessError(
+            f"the role named in {where} may not connect to that database: {text}. Fix: as "
+            "the database's owner, GRANT CONNECT ON DATABASE <name> TO <role>, or name a "
+            f"role that has it in {source}."
         )
     return DatabaseUnavailableError(
         f"cannot connect to Postgres at {where}: {text}. Fix: check that the server runs "
@@ -63,7 +70,7 @@ def check(dsn: str, source: str, *, timeout_s: int = 10) -> None:
         conninfo_to_dict(dsn)
     except psycopg.Error as exc:
         raise ConfigurationError(
-            f"{source} is not a valid libpq connection string ({exc}). Fix: use the form "
+            f"{source} is not a valid libpq connection string ({' '.join(str(exc).split())}). Fix: use the form "
             "postgresql://user:password@host:5432/dbname."
         ) from None
     try:
