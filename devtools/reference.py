@@ -7,7 +7,9 @@ errors (every class's cause, fix and retryability, and the SQLSTATE table), the 
 command and option, from the parser ``cli.main`` builds). ``--check`` rewrites nothing and
 exits 1 when a page is stale (tests/test_reference_pages.py runs it).
 
-Run it whenever a public name, docstring, error class or CLI option changes.
+Run it whenever a public name, docstring, error class or CLI option changes. Signatures are
+fenced ``py``, not ``python``: they are declarations, not snippets to run
+(tests/test_docs_snippets.py runs every ``python`` block, and allows ``py`` on this page only).
 """
 
 from __future__ import annotations
@@ -460,7 +462,7 @@ def _render(name: str, obj: Any, module: Any, constants: dict[str, str]) -> str:
         head = (signature(init, f"class {name}", drop_self=True) if init is not None
                 else f"class {name}")  # fmt: skip
         bases = _public_bases(obj)
-        parts = [f"### {name}\n", f"```python\n{head}\n```\n"]
+        parts = [f"### {name}\n", f"```py\n{head}\n```\n"]
         if bases:
             parts.append("*Derives from* " + ", ".join(f"`{b}`" for b in bases) + ".\n")
         parts.append(f"{_doc(obj)}\n")
@@ -470,14 +472,14 @@ def _render(name: str, obj: Any, module: Any, constants: dict[str, str]) -> str:
                 continue
             prefix = "async def " if inspect.iscoroutinefunction(member) else "def "
             sig = signature(member, f"{prefix}{member_name}", drop_self=True)
-            parts.append(f"#### {name}.{member_name}\n\n```python\n{sig}\n```\n\n{_doc(member)}\n")
+            parts.append(f"#### {name}.{member_name}\n\n```py\n{sig}\n```\n\n{_doc(member)}\n")
         return "\n".join(parts)
     if inspect.isfunction(obj) or inspect.isbuiltin(obj) or inspect.ismethod(obj):
         prefix = "async def " if inspect.iscoroutinefunction(obj) else "def "
-        return f"### {name}\n\n```python\n{signature(obj, prefix + name)}\n```\n\n{_doc(obj)}\n"
+        return f"### {name}\n\n```py\n{signature(obj, prefix + name)}\n```\n\n{_doc(obj)}\n"
     value = repr(obj).replace("typing.", "")
     doc = md(constants.get(name, ""))
-    return f"### {name}\n\n```python\n{name} = {value}\n```\n\n{doc}\n"
+    return f"### {name}\n\n```py\n{name} = {value}\n```\n\n{doc}\n"
 
 
 def _own_dicts(cls: type) -> set[str]:

@@ -280,3 +280,32 @@ def test_an_unreachable_port_is_retryable_and_reads_as_one_sentence(mode: str) -
     text = str(err)
     assert "Connection refused" in text and "?." not in text and "\n" not in text, text
     assert "connections? Check that the server is running" in text
+
+
+def test_check_connection_and_the_cli_classify_the_same_way(
+    scratch: tuple[str, psycopg.Connection], capsys: pytest.CaptureFixture[str]
+) -> None:
+    from langgraph_deterministic.cli import main
+    from langgraph_deterministic.embedded import check_connection
+
+    missing = _as(scratch[0], dbname="lgd_no_such_database")
+    with pytest.raises(DatabaseAccessError, match="lgd_no_such_database"):
+        check_connection(missing, source="$DATABASE_URL")
+    with pytest.raises(DatabaseUnavailableError) as caught:
+        check_connection("postgresql://nobody@127.0.0.1:1/nothing", source="$DATABASE_URL")
+    assert "?." not in str(caught.value) and "connections? Fix:" in str(caught.value)
+    capsys.readouterr()
+    assert main(["audit", "--dsn", "postgresql://nobody@127.0.0.1:1/nothing"]) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert "?." not in err and "connections? Fix: check that the server runs" in err, err
+    assert main(["audit", "--dsn", _as(scratch[0], user=ROLE)]) == 2  # no grants yet
+    err = " ".join(capsys.readouterr().err.split())
+    assert "permission denied for table" in err and "GRANT SELECT, INSERT" in err, err
+    db = sql.Identifier(database_name(scratch[0]))
+    scratch[1].execute(sql.SQL("REVOKE CONNECT ON DATABASE {} FROM PUBLIC").format(db))
+    try:
+        assert main(["audit", "--dsn", _as(scratch[0], user=ROLE)]) == 2
+        err = " ".join(capsys.readouterr().err.split())
+        assert "may not connect to that database" in err and "GRANT CONNECT" in err, err
+    finally:
+        scratch[1].execute(sql.SQL("GRANT CONNECT ON DATABASE {} TO PUBLIC").format(db))

@@ -25,7 +25,7 @@ from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
 from langgraph_deterministic.checkpointer import _migrate
 from langgraph_deterministic.checkpointer._lifecycle import _close_with_loop
-from langgraph_deterministic.checkpointer._translate import _sentence, translate_error
+from langgraph_deterministic.checkpointer._translate import sentence, translate_error
 from langgraph_deterministic.errors import ConfigurationError, SaverClosedError
 from langgraph_deterministic.pool import AsyncConnectionPool as AsyncNewestFirstPool
 from langgraph_deterministic.pool import ConnectionPool as NewestFirstPool
@@ -242,7 +242,7 @@ def _check_dsn(dsn: str) -> None:
         psycopg.conninfo.conninfo_to_dict(dsn)
     except psycopg.ProgrammingError as exc:
         raise ConfigurationError(
-            f"The connection string is not valid: {_sentence(str(exc))} Pass a libpq URI such as "
+            f"The connection string is not valid: {sentence(str(exc))} Pass a libpq URI such as "
             "'postgresql://user:password@host:5432/dbname' or a 'key=value' string."
         ) from exc
 

@@ -26,6 +26,9 @@ ATTEMPT_KEY = "__lgd_attempt"
 GRAPH_RUN_MARKER = CONFIG_KEY_RUNTIME
 #: Configurable key of a per-call multitask strategy (set by run_config).
 MULTITASK_KEY = "__lgd_multitask_strategy"
+#: Configurable key of what a call does when its run had finished already (set by
+#: run_config(..., on_finished="raise")): "return" its final state (logged) or "raise".
+ON_FINISHED_KEY = "__lgd_on_finished"
 #: Configurable key ``get_tuple`` hands a graph run addressed at a past checkpoint: the
 #: checkpoint it branches from on purpose (LangGraph copies it into the run's writes).
 BRANCH_KEY = "__lgd_branch"

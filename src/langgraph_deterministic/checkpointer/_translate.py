@@ -71,7 +71,7 @@ def connection_sqlstate(exc: BaseException) -> str | None:
     return ""
 
 
-def _sentence(text: str) -> str:
+def sentence(text: str) -> str:
     """The server's message on one line, ending in one full stop."""
     text = " ".join(str(text).split())
     return text if text.endswith((".", "?", "!")) else text + "."
@@ -135,7 +135,7 @@ def translate_error(exc: BaseException) -> BaseException:
         )
     if isinstance(exc, psycopg.errors.InsufficientPrivilege):
         return DatabaseAccessError(
-            f"The database role this saver connects as may not do this "
+            f"The database role connected as may not do this "
             f"({exc.diag.message_primary or ' '.join(str(exc).split())}). A retry cannot "
             "succeed. Fix: workers need DML on every table (the checkpoint "
             "tables and the lgd_* ones) and USAGE on the sequences; as the tables' owner: "
@@ -147,7 +147,7 @@ def translate_error(exc: BaseException) -> BaseException:
         # A standby (in recovery), or a primary being demoted: writes come back once the
         # connection reaches the primary again.
         return DatabaseUnavailableError(
-            f"Postgres refused the write: {_sentence(str(exc))} This connection reached a "
+            f"Postgres refused the write: {sentence(str(exc))} This connection reached a "
             "server that does not take writes now (a standby, a server in recovery, or "
             "one with default_transaction_read_only). Nothing was written. Give the DSN "
             "target_session_attrs=read-write (with every host of the cluster) so new "
@@ -156,7 +156,7 @@ def translate_error(exc: BaseException) -> BaseException:
     state = connection_sqlstate(exc)
     if state is not None:
         # The server's (or the pooler's) own reason is in the message: keep it whole.
-        reason = _sentence(str(exc))
+        reason = sentence(str(exc))
         if state and not CONNECTION_SQLSTATES[state][1]:
             return _access_error(state, reason)
         if isinstance(exc, psycopg_pool.PoolTimeout):
@@ -173,7 +173,7 @@ def translate_error(exc: BaseException) -> BaseException:
         )
     if isinstance(exc, psycopg.ProgrammingError) and "conninfo" in str(exc).lower():
         return ConfigurationError(
-            f"The connection string is not valid: {_sentence(str(exc))} Pass a libpq URI such as "
+            f"The connection string is not valid: {sentence(str(exc))} Pass a libpq URI such as "
             "'postgresql://user:password@host:5432/dbname' or a 'key=value' string."
         )
     return exc

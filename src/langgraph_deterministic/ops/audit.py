@@ -51,6 +51,7 @@ import psycopg
 from langchain_core.messages import BaseMessage
 from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 
+from langgraph_deterministic.checkpointer._translate import sentence
 from langgraph_deterministic.errors import (
     DatabaseUnavailableError,
     DeterministicError,
@@ -678,7 +679,7 @@ def audit(
                     collect(pending.result())
         except psycopg.OperationalError as exc:
             raise DatabaseUnavailableError(
-                f"the audit lost its connection: {str(exc).strip()}. Fix: check the server "
+                f"the audit lost its connection: {sentence(str(exc))} Fix: check the server "
                 "and run the audit again (it wrote nothing)."
             ) from exc
         finally:
