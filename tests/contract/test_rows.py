@@ -20,6 +20,7 @@ from langgraph.types import Command, interrupt
 from tests.contract.graphs import State, ask, build_approval, build_pipeline, effects
 
 from langgraph_deterministic.checkpointer import DeterministicSaver
+from langgraph_deterministic.checkpointer.contract import ATTEMPT_KEY
 from langgraph_deterministic.config import run_config
 from langgraph_deterministic.errors import (
     ConcurrentRunError,
@@ -439,7 +440,7 @@ def test_a_checkpoint_can_be_continued_only_once(db: str, saver: DeterministicSa
     assert parent is not None
     # A zombie continuing the parent again (its own next checkpoint) is refused.
     stale_config: RunnableConfig = {
-        "configurable": {**parent.config["configurable"], "__lgd_attempt": "zombie-attempt"},
+        "configurable": {**parent.config["configurable"], ATTEMPT_KEY: "zombie-attempt"},
         "metadata": {"run_id": "A"},
     }
     zombie_cp = {**parent.checkpoint, "id": f"1fffffff-ffff-6fff-bfff-{uuid.uuid4().hex[:12]}"}
