@@ -58,10 +58,12 @@ def test_streamed_checkpoint_configs_are_the_historys(db: str, policy: str, mode
         )
         assert before_first is not None
         fork = graph.update_state(config("r2", **before_first["configurable"]), values=None)
+        events = graph.stream(
+            None, config("r3", **fork["configurable"]), stream_mode=mode, durability="async"
+        )
         streamed = [
             event["payload"] if mode == "debug" else event
-            for event in graph.stream(None, config("r3", **fork["configurable"]),
-                                      stream_mode=mode, durability="async")  # fmt: skip
+            for event in events
             if mode != "debug" or event["type"] == "checkpoint"
         ]
         history = {
