@@ -309,3 +309,50 @@ def test_check_connection_and_the_cli_classify_the_same_way(
         assert "may not connect to that database" in err and "GRANT CONNECT" in err, err
     finally:
         scratch[1].execute(sql.SQL("GRANT CONNECT ON DATABASE {} TO PUBLIC").format(db))
+
+
+# --- a pool of the caller's: it reports only its timeout --------------------------------
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_a_pool_to_a_missing_database_says_so_and_is_not_retryable(
+    scratch: tuple[str, psycopg.Connection], mode: str
+) -> None:
+    missing = _as(scratch[0], dbname="lgd_no_such_database")
+    kwargs = {"autocommit": True, "prepare_threshold": 0}
+    if mode == "sync":
+        pool = psycopg_pool.ConnectionPool(missing, kwargs=kwargs, timeout=0.5, open=False)
+        pool.open(wait=False)
+        try:
+            with pytest.raises(DatabaseAccessError, match="lgd_no_such_database") as caught:
+                DeterministicSaver(pool).get_tuple(run_config("t", "r"))
+        finally:
+            pool.close()
+    else:
+        import asyncio
+
+        async def go() -> BaseException:
+            apool = psycopg_pool.AsyncConnectionPool(missing, kwargs=kwargs, timeout=0.5,
+                                                     open=False)  # fmt: skip
+            await apool.open(wait=False)
+            try:
+                with pytest.raises(DatabaseAccessError, match="lgd_no_such_database") as got:
+                    await DeterministicSaver(apool).aget_tuple(run_config("t", "r"))
+                return got.value
+            finally:
+                await apool.close()
+
+        asyncio.run(go())
+        return
+    assert not is_retryable(caught.value)
+
+
+def test_an_exhausted_pool_is_retryable(scratch: tuple[str, psycopg.Connection]) -> None:
+    with psycopg_pool.ConnectionPool(scratch[0], kwargs={"autocommit": True}, min_size=1,
+                                     max_size=1, timeout=0.5) as pool:  # fmt: skip
+        saver = DeterministicSaver(pool)
+        with pool.connection():  # the only connection, held
+            with pytest.raises(DatabaseUnavailableError, match="No pooled connection") as got:
+                saver.get_tuple(run_config("t", "r"))
+        assert is_retryable(got.value)
+        assert saver.get_tuple(run_config("t", "r")) is None  # free again: it works
