@@ -351,8 +351,8 @@ def test_an_exhausted_pool_is_retryable(scratch: tuple[str, psycopg.Connection])
     with psycopg_pool.ConnectionPool(scratch[0], kwargs={"autocommit": True}, min_size=1,
                                      max_size=1, timeout=0.5) as pool:  # fmt: skip
         saver = DeterministicSaver(pool)
-        with pool.connection():  # the only connection, held
-            with pytest.raises(DatabaseUnavailableError, match="No pooled connection") as got:
-                saver.get_tuple(run_config("t", "r"))
+        full = pytest.raises(DatabaseUnavailableError, match="No pooled connection")
+        with pool.connection(), full as got:  # the only connection, held
+            saver.get_tuple(run_config("t", "r"))
         assert is_retryable(got.value)
         assert saver.get_tuple(run_config("t", "r")) is None  # free again: it works
