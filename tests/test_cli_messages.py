@@ -184,7 +184,8 @@ def test_a_thread_with_a_run_in_progress_is_not_called_skipped_and_damaged(
     assert "1 with a run in progress" in out and "repair leaves them until they are idle" in out
     assert (
         "1 of these may have a run in progress (written within --idle): repair leaves "
-        "them until they are idle: tuple-reapplied" in out
+        "them until they are idle (if their workers are dead, `repair --idle 0` repairs "
+        "them now): tuple-reapplied" in out
     )
     capsys.readouterr()
     assert main(["audit", "--dsn", busy_db, "--json"]) == 1
@@ -195,3 +196,10 @@ def test_a_thread_with_a_run_in_progress_is_not_called_skipped_and_damaged(
     assert main(["repair", "--dsn", busy_db, "--json"]) == 1
     (plan,) = json.loads(capsys.readouterr().out)["threads"]
     assert plan["refused"].startswith("a run may be in progress")
+    # the way out for a dead worker is named, and it works as said
+    assert "if the worker is dead (crashed, killed), repair it now with `--idle 0`" in (
+        plan["refused"]
+    )
+    assert main(["repair", "--dsn", busy_db, "--idle", "0", "--json"]) == 1  # a plan
+    (plan,) = json.loads(capsys.readouterr().out)["threads"]
+    assert plan["refused"] is None, plan

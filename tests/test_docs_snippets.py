@@ -67,6 +67,10 @@ def test_every_page_with_snippets_is_run_somewhere() -> None:
             if reason is not None:  # only an external server excuses a block
                 assert "server" in reason or "service" in reason, (path, reason)
     assert "tutorials/quickstart.md" in PAGES and "reference/errors.md" in PAGES
+    # `py` fences are the API page's signatures (devtools/reference.py), never a snippet
+    for path in DOCS.rglob("*.md"):
+        if path.relative_to(DOCS).as_posix() != "reference/api.md":
+            assert "```py\n" not in path.read_text("utf-8"), path
 
 
 class ChatState(TypedDict, total=False):
@@ -172,5 +176,5 @@ def test_quickstart_shows_what_it_says(page_db: str, capsys: pytest.CaptureFixtu
         run_snippet(code, f"quickstart[{index}]", namespace)
     out = capsys.readouterr().out.splitlines()
     assert out[0] == "attempt 1 failed: mail server unreachable", out
-    assert out[1:4] == ["['charged order A-1001', 'receipt sent']", "['A-1001']", "running 2"], out
+    assert out[1:4] == ["['charged order A-1001', 'receipt sent']", "['A-1001']", "done 2"], out
     assert "run id" in out[4] and out[5] == "False", out

@@ -6,6 +6,7 @@ from langgraph_deterministic.config import run_config
 from langgraph_deterministic.errors import (
     ConcurrentRunError,
     ConfigurationError,
+    DatabaseAccessError,
     DatabaseUnavailableError,
     DeterministicError,
     IncompatibleLangGraphError,
@@ -40,6 +41,7 @@ from langgraph_deterministic.runner import (
 __all__ = [
     "ConcurrentRunError",
     "ConfigurationError",
+    "DatabaseAccessError",
     "DatabaseUnavailableError",
     "DeterministicError",
     "DeterministicRunner",

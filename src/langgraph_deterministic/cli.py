@@ -22,6 +22,9 @@ import sys
 import time
 from collections.abc import Sequence
 
+import psycopg
+
+from langgraph_deterministic.checkpointer._translate import translate_error
 from langgraph_deterministic.errors import (
     ConfigurationError,
     DatabaseUnavailableError,
@@ -248,7 +251,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SystemExit as exc:  # argparse: --help (0) or a usage error (2)
         return int(exc.code) if isinstance(exc.code, int) else EXIT_USAGE
     try:
-        return _COMMANDS[args.command](args)
+        try:
+            return _COMMANDS[args.command](args)
+        except psycopg.Error as exc:  # one the command did not expect (a missing grant)
+            translated = translate_error(exc)
+            if translated is exc:
+                raise
+            raise translated from exc
     except (DatabaseUnavailableError, ConfigurationError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_USAGE

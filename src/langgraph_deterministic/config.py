@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import uuid
-from typing import Any
+from typing import Any, Literal
 
 from langchain_core.runnables import RunnableConfig
 
 from langgraph_deterministic.checkpointer.contract import (
     MULTITASK_KEY,
+    ON_FINISHED_KEY,
     RUN_ID_KEY,
     MultitaskStrategy,
     RunInputRecorder,
@@ -24,6 +25,7 @@ def run_config(
     run_id: str | uuid.UUID,
     *,
     multitask_strategy: MultitaskStrategy | None = None,
+    on_finished: Literal["return", "raise"] = "return",
     **configurable: Any,
 ) -> RunnableConfig:
     """The config for one graph call: ``graph.invoke(input, run_config(thread, run))``.
@@ -46,6 +48,13 @@ def run_config(
     run holds the thread, or the previous run stopped unfinished -- ``"reject"``,
     ``"enqueue"``, ``"interrupt"`` or ``"rollback"`` (see "Concurrent runs on one thread"
     in docs/explanation/retries-and-idempotency.md).
+
+    ``on_finished``: what a call does when its run had finished already (its graph call
+    returned). ``"return"`` (the default) takes it as a retry: it returns the run's final
+    state, runs nothing, and logs a warning naming the run and when it finished (new work
+    under a reused run id would be dropped so). ``"raise"`` refuses it with
+    :class:`~langgraph_deterministic.RunSupersededError`, for callers whose every call is
+    new work (a chat turn per run id) and whose retries never follow a finished attempt.
     """
     if thread_id is None or (isinstance(thread_id, str) and not thread_id.strip()):
         raise ConfigurationError("run_config needs a thread_id (a non-empty str or a UUID).")
@@ -58,6 +67,12 @@ def run_config(
         )
     if multitask_strategy is not None:
         configurable[MULTITASK_KEY] = check_strategy(multitask_strategy)
+    if on_finished not in ("return", "raise"):
+        raise ConfigurationError(
+            f"on_finished must be 'return' or 'raise', not {on_finished!r}."
+        )
+    if on_finished == "raise":
+        configurable[ON_FINISHED_KEY] = on_finished
     return {
         "configurable": {
             "thread_id": str(thread_id),

@@ -41,6 +41,12 @@ import psycopg
 from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
+from langgraph_deterministic.checkpointer._translate import (
+    CONNECTION_SQLSTATES,
+    connection_sqlstate,
+    sentence,
+    translate_error,
+)
 from langgraph_deterministic.errors import ConfigurationError, DatabaseUnavailableError
 
 SUPERUSER: Final = "postgres"
@@ -275,16 +281,19 @@ def check_connection(
         conninfo_to_dict(dsn)
     except psycopg.Error as exc:
         raise ConfigurationError(
-            f"{source} is not a valid libpq connection string ({exc}). Fix: use the form "
-            "postgresql://user:password@host:5432/dbname."
+            f"{source} is not a valid libpq connection string ({' '.join(str(exc).split())}). "
+            "Fix: use the form postgresql://user:password@host:5432/dbname."
         ) from None
     try:
         with psycopg.connect(dsn, connect_timeout=max(1, timeout_s)) as conn:
             conn.execute("SELECT 1")
     except psycopg.OperationalError as exc:
+        state = connection_sqlstate(exc)
+        if state and not CONNECTION_SQLSTATES[state][1]:  # no such database, a failed login
+            raise translate_error(exc) from exc
         raise DatabaseUnavailableError(
             f"cannot connect to Postgres at {redact_dsn(dsn)} (from {source}): "
-            f"{str(exc).strip()}. Fix: start Postgres there (e.g. `docker compose up -d "
+            f"{sentence(str(exc))} Fix: start Postgres there (e.g. `docker compose up -d "
             f"postgres`) or correct {source}"
             + (
                 f"; or leave DATABASE_URL unset to use an embedded server ({EMBEDDED_INSTALL})."
@@ -321,7 +330,7 @@ def _connect_admin(admin_dsn: str) -> psycopg.Connection[Any]:
     except psycopg.OperationalError as exc:
         raise DatabaseUnavailableError(
             f"cannot connect to the admin database {redact_dsn(admin_dsn)}: "
-            f"{str(exc).strip()}. Fix: {FIX}."
+            f"{sentence(str(exc))} Fix: {FIX}."
         ) from exc
 
 

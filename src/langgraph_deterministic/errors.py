@@ -29,14 +29,23 @@ class ConfigurationError(DeterministicError, ValueError):
 
 
 class DatabaseUnavailableError(DeterministicError, ConnectionError):
-    """Postgres could not be reached or refused the login, no pooled connection came free
-    in time, the server took no writes (a standby), or it lost a write it had acknowledged
-    (a failover to a standby that had not received it). Nothing was written. Fix: check
-    the DSN (host, port, credentials, database; with a cluster, every host and
-    ``target_session_attrs=read-write``) and that the server is up; a retry with the same
-    run id succeeds once it is reachable."""
+    """Postgres could not be reached (refused, timed out, the connection dropped), is
+    starting up, shutting down or in recovery, has no connection slot free, no pooled
+    connection came free in time, the server took no writes (a standby), or it lost a write
+    it had acknowledged (a failover to a standby that had not received it). Nothing was
+    written. Fix: check that the server is up and the DSN's host and port (with a cluster,
+    every host and ``target_session_attrs=read-write``); a retry with the same run id
+    succeeds once it is reachable."""
 
     retryable = True
+
+
+class DatabaseAccessError(ConfigurationError):
+    """Postgres answered, and refused for a reason no retry changes: the DSN names a
+    database that does not exist, the login failed (a wrong password, a role that does not
+    exist or may not log in, no ``pg_hba.conf`` line for it), or the role lacks a privilege
+    (``CONNECT`` on the database, DML on a table). Nothing was written. Fix: the message
+    names the cause and the statement or DSN change that removes it."""
 
 
 class SaverClosedError(DeterministicError, RuntimeError):
@@ -205,7 +214,9 @@ def is_retryable(exc: BaseException) -> bool:
 
     True for this package's transient errors (:class:`DatabaseUnavailableError`,
     :class:`ConcurrentRunError`, :class:`ThreadBusyError`, :class:`MigrationError`); False
-    for its permanent ones and for any other exception, which is the graph's own business.
+    for its permanent ones (:class:`DatabaseAccessError`: no such database, a failed login,
+    a missing privilege) and for any other exception, which is the graph's own business.
+    The errors page (docs/reference/errors.md) tabulates both by class and by SQLSTATE.
     """
     return isinstance(exc, DeterministicError) and type(exc).retryable
 
@@ -213,6 +224,7 @@ def is_retryable(exc: BaseException) -> bool:
 __all__ = [
     "ConcurrentRunError",
     "ConfigurationError",
+    "DatabaseAccessError",
     "DatabaseUnavailableError",
     "DeterministicError",
     "IncompatibleLangGraphError",

@@ -25,9 +25,11 @@ from tests.pgbouncer import _free_port
 from devtools.postgres import database_name, drop_database
 from langgraph_deterministic import (
     ConfigurationError,
+    DatabaseAccessError,
     DatabaseUnavailableError,
     DeterministicSaver,
     SaverClosedError,
+    is_retryable,
     run_config,
 )
 from langgraph_deterministic.checkpointer.saver import SyncCallOnLoopError
@@ -328,6 +330,7 @@ async def test_unreachable_server_is_reported_at_first_async_use(db: str) -> Non
 def test_wrong_database_is_reported_with_the_servers_reason(db: str) -> None:
     wrong = psycopg.conninfo.make_conninfo(db, dbname="lgd_no_such_database")
     saver = DeterministicSaver(wrong)
-    with pytest.raises(DatabaseUnavailableError, match='database "lgd_no_such_database"'):
+    with pytest.raises(DatabaseAccessError, match='database "lgd_no_such_database"') as caught:
         saver.setup()
+    assert not is_retryable(caught.value)
     saver.close()

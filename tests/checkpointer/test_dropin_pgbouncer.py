@@ -23,9 +23,10 @@ from tests.pgbouncer import PgBouncer
 from devtools.postgres import database_name, drop_database
 from langgraph_deterministic import (
     ConfigurationError,
-    DatabaseUnavailableError,
+    DatabaseAccessError,
     DeterministicSaver,
     RunInputMismatchError,
+    is_retryable,
     run_config,
 )
 from langgraph_deterministic._db.migrate import ADVISORY_LOCK_KEY, VERSION_TABLE
@@ -181,8 +182,9 @@ async def test_retry_contract_through_pgbouncer(db: str, pgbouncer: PgBouncer) -
 def test_wrong_password_through_pgbouncer_names_the_reason(db: str, pgbouncer: PgBouncer) -> None:
     bad = psycopg.conninfo.make_conninfo(pgbouncer.dsn_for(db), password="wrong")
     saver = DeterministicSaver(bad, prepare_threshold=None)  # no `with`: first use connects
-    with pytest.raises(DatabaseUnavailableError, match="authentication failed"):
+    with pytest.raises(DatabaseAccessError, match="authentication failed") as caught:
         saver.get_tuple({"configurable": {"thread_id": "t"}})
+    assert not is_retryable(caught.value)  # through the pooler too
     saver.close()
 
 

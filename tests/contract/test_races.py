@@ -208,9 +208,7 @@ async def test_a_cancelled_late_retry_of_a_finished_run_changes_nothing(db: str)
             # The finished run's lease and record are as it left them.
             assert _lease(db, thread) == (previous, "ok"), delay
             record = await saver.aget_run(thread, previous)
-            assert record is not None and record.status == "running", (
-                delay
-            )  # done once a run follows
+            assert record is not None and record.status == "done", delay  # its call returned
             out = await graph.ainvoke({"steps": [f"in{i}"]}, run_config(thread, f"r{i}"))
             assert out["steps"][-4:] == [f"in{i}", "a", "b", "c"], delay
             record = await saver.aget_run(thread, previous)
@@ -351,7 +349,7 @@ def twins(saver: DeterministicSaver, thread: str, journal: bool) -> list[str]:
         w.join(60)
     assert "ok" in outcomes and set(outcomes) <= {"ok", "ConcurrentRunError"}, outcomes
     record = saver.get_run(thread, "r1")
-    assert record is not None and record.status == "running"  # finished, not yet followed
+    assert record is not None and record.status == "done"  # finished, not yet followed
     assert record.lease is not None and record.lease.ended == "ok", record.lease
     out = call({"steps": ["in2"]}, run_config(thread, "r2"))  # admitted at once
     assert out["steps"] == ["in0", *tail, "in1", *tail, "in2", *tail]  # each input once

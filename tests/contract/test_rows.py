@@ -20,6 +20,7 @@ from langgraph.types import Command, interrupt
 from tests.contract.graphs import State, ask, build_approval, build_pipeline, effects
 
 from langgraph_deterministic.checkpointer import DeterministicSaver
+from langgraph_deterministic.checkpointer.contract import ATTEMPT_KEY
 from langgraph_deterministic.config import run_config
 from langgraph_deterministic.errors import (
     ConcurrentRunError,
@@ -209,7 +210,7 @@ def test_retry_with_the_heads_run_id_does_not_reapply_input_or_rerun_tasks(
         {"done:plan": 1, "done:gather": 1, "done:digest": 1, "done:section": 3, "done:write": 1}
     )
     run = saver.get_run(thread, "job")
-    assert run is not None and run.attempts == 2 and run.status == "running"
+    assert run is not None and run.attempts == 2 and run.status == "done"
     assert run.values == saver.get_tuple(plain(thread)).checkpoint["channel_values"]  # type: ignore[union-attr]
 
 
@@ -439,7 +440,7 @@ def test_a_checkpoint_can_be_continued_only_once(db: str, saver: DeterministicSa
     assert parent is not None
     # A zombie continuing the parent again (its own next checkpoint) is refused.
     stale_config: RunnableConfig = {
-        "configurable": {**parent.config["configurable"], "__lgd_attempt": "zombie-attempt"},
+        "configurable": {**parent.config["configurable"], ATTEMPT_KEY: "zombie-attempt"},
         "metadata": {"run_id": "A"},
     }
     zombie_cp = {**parent.checkpoint, "id": f"1fffffff-ffff-6fff-bfff-{uuid.uuid4().hex[:12]}"}

@@ -38,6 +38,8 @@ class CallInfo:
     recorder: RunInputRecorder | None = None
     #: what a root graph run loaded (HEAD_KEY): read by guard_put
     head: str | None = None
+    #: what a call of a run that had finished does (ON_FINISHED_KEY): "return" or "raise"
+    on_finished: str = "return"
 
     @property
     def root(self) -> bool:

@@ -24,8 +24,8 @@ from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
 from langgraph_deterministic._db import migrate as _migrate
 from langgraph_deterministic.checkpointer._lifecycle import _close_with_loop
-from langgraph_deterministic.checkpointer._translate import translate_error
-from langgraph_deterministic.errors import ConfigurationError, SaverClosedError
+from langgraph_deterministic.checkpointer._translate import sentence, translate_error
+from langgraph_deterministic.errors import ConfigurationError, DeterministicError, SaverClosedError
 from langgraph_deterministic.pool import AsyncConnectionPool as AsyncNewestFirstPool
 from langgraph_deterministic.pool import ConnectionPool as NewestFirstPool
 
@@ -241,7 +241,7 @@ def _check_dsn(dsn: str) -> None:
         psycopg.conninfo.conninfo_to_dict(dsn)
     except psycopg.ProgrammingError as exc:
         raise ConfigurationError(
-            f"The connection string is not valid: {exc}. Pass a libpq URI such as "
+            f"The connection string is not valid: {sentence(str(exc))} Pass a libpq URI such as "
             "'postgresql://user:password@host:5432/dbname' or a 'key=value' string."
         ) from exc
 
@@ -334,6 +334,46 @@ def _owned_connect_kwargs(
             )
         kwargs["prepare_threshold"] = prepare_threshold
     return kwargs
+
+
+def _pool_probe(
+    pool: ConnectionPool[Any] | AsyncConnectionPool[Any],
+) -> tuple[str, dict[str, Any]] | None:
+    """The pool's conninfo and connection keywords, when they are fixed values."""
+    kwargs, conninfo = pool.kwargs, pool.conninfo
+    if callable(kwargs) or not isinstance(conninfo, str):
+        return None  # its connections' arguments are not known before it connects
+    probe = {k: v for k, v in (kwargs or {}).items() if k not in ("row_factory", "autocommit")}
+    return conninfo, _probe_kwargs(conninfo, probe)
+
+
+def pool_timeout_error(pool: ConnectionPool[Any], exc: Exception) -> BaseException:
+    """The error for a pool that handed out no connection in time. A pool retries a
+    refused login in the background and then reports only its timeout: one direct
+    connection tells a permanent cause (no such database, a failed login: not retryable)
+    from an exhausted or unreachable pool (retryable). Only on this failure path."""
+    probe = _pool_probe(pool)
+    if probe is not None:
+        try:
+            psycopg.connect(probe[0], **probe[1]).close()
+        except psycopg.Error as refused:
+            found = translate_error(refused)
+            if isinstance(found, DeterministicError) and not found.retryable:
+                return found
+    return translate_error(exc)
+
+
+async def apool_timeout_error(pool: AsyncConnectionPool[Any], exc: Exception) -> BaseException:
+    """:func:`pool_timeout_error` for an async pool."""
+    probe = _pool_probe(pool)
+    if probe is not None:
+        try:
+            await (await AsyncConnection.connect(probe[0], **probe[1])).close()
+        except psycopg.Error as refused:
+            found = translate_error(refused)
+            if isinstance(found, DeterministicError) and not found.retryable:
+                return found
+    return translate_error(exc)
 
 
 def _probe_kwargs(dsn: str, kwargs: Mapping[str, Any]) -> dict[str, Any]:

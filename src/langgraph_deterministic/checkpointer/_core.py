@@ -343,6 +343,12 @@ def _start_graph_run(
             yield from _with_pending_sends(codec, head_rows)
             loaded = load_tuple(codec, head_rows[0])
             head_run = loaded.metadata.get(RUN_ID_KEY)
+            if not addressed and info.run_id is not None and (
+                decision.action == "final"
+                or (admission is not None and admission.outcome == "finished")
+            ):
+                # Its call had returned: a retry, or a reused run id dropping new work.
+                contract.finished_again(info, loaded.checkpoint.get("ts"))
             holder = admission.holder if admission is not None else None
             if (
                 not addressed
@@ -778,6 +784,15 @@ def get_run(codec: Codec, thread_id: str, run_id: str) -> Operation[RunRecord | 
         found = [tuple(checkpoint_row)]
         yield from _with_pending_sends(codec, found)
         state = load_tuple(codec, found[0])
+    lease = (
+        Lease(l_run, l_attempt, l_strategy, l_outcome, l_acquired, l_expires, l_ended)
+        if l_run is not None
+        else None
+    )
+    if status == "running" and lease is not None and lease.run_id == run and lease.ended == "ok":
+        # Its graph call returned (not at an interrupt: that reads "interrupted"). The
+        # ledger row says so only once the next run starts; the lease knows already.
+        status = "done"
     return RunRecord(
         thread_id=thread,
         run_id=run,
@@ -792,11 +807,7 @@ def get_run(codec: Codec, thread_id: str, run_id: str) -> Operation[RunRecord | 
         last_checkpoint=state,
         multitask_strategy=strategy,
         multitask_outcome=outcome,
-        lease=(
-            Lease(l_run, l_attempt, l_strategy, l_outcome, l_acquired, l_expires, l_ended)
-            if l_run is not None
-            else None
-        ),
+        lease=lease,
     )
 
 

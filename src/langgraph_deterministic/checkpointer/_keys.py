@@ -19,21 +19,29 @@ InputKind = Literal["input", "command", "none"]
 RUN_ID_KEY = "run_id"
 #: Metadata key under which the input fingerprint of a run is stored.
 FINGERPRINT_KEY = "input_fingerprint"
+# The keys get_tuple hands a graph run start with "__pregel_": LangGraph copies the loaded
+# config into the config of every write of the run (which is how they reach put), and into
+# what its "debug" and "checkpoints" streams emit, from which it removes "__pregel_" keys
+# (pregel/debug.py, rm_pregel_keys). So a streamed checkpoint's config is the one
+# get_state_history returns, as with PostgresSaver (LangGraph's test_debug_retry).
 #: Configurable key the saver hands to a graph run through ``get_tuple``; LangGraph copies
 #: it into the config of every write of that run attempt (never into stored metadata).
-ATTEMPT_KEY = "__lgd_attempt"
+ATTEMPT_KEY = "__pregel_lgd_attempt"
 #: Present in the configurable of every config a running graph passes to its saver.
 GRAPH_RUN_MARKER = CONFIG_KEY_RUNTIME
 #: Configurable key of a per-call multitask strategy (set by run_config).
 MULTITASK_KEY = "__lgd_multitask_strategy"
+#: Configurable key of what a call does when its run had finished already (set by
+#: run_config(..., on_finished="raise")): "return" its final state (logged) or "raise".
+ON_FINISHED_KEY = "__lgd_on_finished"
 #: Configurable key ``get_tuple`` hands a graph run addressed at a past checkpoint: the
 #: checkpoint it branches from on purpose (LangGraph copies it into the run's writes).
-BRANCH_KEY = "__lgd_branch"
+BRANCH_KEY = "__pregel_lgd_branch"
 #: Configurable key ``get_tuple`` hands a root graph run: the checkpoint it loaded, that
 #: checkpoint's run id and progress digest (JSON), so that its first write can tell
 #: whether the previous run had finished (contract.guard_put; LangGraph copies it into
 #: the run's writes).
-HEAD_KEY = "__lgd_head"
+HEAD_KEY = "__pregel_lgd_head"
 #: The time travel a root graph run loaded in this context: (thread, run id, the root's
 #: attempt token, whether LangGraph's superseded probe is still to come: see
 #: _core._note_branch). A root run addressed at any checkpoint travels in time: LangGraph

@@ -95,9 +95,10 @@ class Admission:
 class RunRecord:
     """A run as the ledger knows it: ``saver.get_run(thread_id, run_id)``.
 
-    ``status`` is ``running`` (its latest write; it may be finished, interrupted in a
-    node, or crashed -- ``graph.get_state`` tells which), ``interrupted`` (stopped at an
-    interrupt), ``done`` (a later run started after it had finished) or ``superseded`` (a
+    ``status`` is ``running`` (its call has not returned: it runs, or it crashed or
+    raised and was not retried -- ``lease`` tells which), ``interrupted`` (stopped at an
+    interrupt), ``done`` (its graph call returned, or a later run started after it had
+    finished) or ``superseded`` (a
     later run moved the thread on before it finished; an interrupted run answered by a
     ``Command(resume=...)`` run reads so too). ``last_checkpoint`` is the
     checkpoint it wrote last: its final state once finished (for a ``running`` run, its

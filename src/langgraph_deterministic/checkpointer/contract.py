@@ -42,6 +42,7 @@ names below are re-exported here, the module's public path.
 from __future__ import annotations
 
 import contextlib
+import datetime as _dt
 import functools
 import hashlib
 import json
@@ -74,6 +75,7 @@ from langgraph_deterministic.checkpointer._keys import (
     GRAPH_RUN_MARKER,
     HEAD_KEY,
     MULTITASK_KEY,
+    ON_FINISHED_KEY,
     RUN_ID_KEY,
     STRATEGIES,
     InputKind,
@@ -191,6 +193,7 @@ class RunContract:
             inherited_branch=inherited,
             recorder=recorder,
             head=configurable.get(HEAD_KEY) if checkpoint_ns == "" else None,
+            on_finished=str(configurable.get(ON_FINISHED_KEY) or "return"),
         )
 
     # -- policy --------------------------------------------------------------------
@@ -410,6 +413,36 @@ class RunContract:
             "the later run's state, so nothing was run or written. Treat the run as "
             "abandoned, or start a new run (a new run_id) with the input it should apply "
             "now; saver.get_run(thread_id, run_id) shows what it had done."
+        )
+
+    def finished_again(self, info: CallInfo, finished_ts: str | None) -> None:
+        """A graph call of a run whose call had returned: a retry (the final state is
+        returned, nothing runs), or new work under a reused run id (a turn dropped). Said
+        in the log, or refused with ``run_config(..., on_finished="raise")``."""
+        when = "at an unknown time"
+        if finished_ts:
+            with contextlib.suppress(ValueError):
+                at = _dt.datetime.fromisoformat(finished_ts)
+                age = (_dt.datetime.now(_dt.UTC) - at).total_seconds()
+                when = f"at {at.isoformat(timespec='seconds')}, {age:.0f} s ago"
+        what = (
+            f"Run {info.run_id!r} on thread {info.thread_id!r} had returned ({when}): this "
+            "call names the same run id with the same input"
+        )
+        if info.on_finished == "raise":
+            raise RunSupersededError(
+                f"{what}, and run_config(..., on_finished='raise') refuses a finished run's "
+                "retry. Nothing was run or written. If this is new work (a user sending the "
+                "same text again, an activity or task name reused), give it a new run id; "
+                "if it is a late duplicate, stop retrying it and read the run's result "
+                "with saver.get_run(thread_id, run_id)."
+            )
+        logger.warning(
+            "langgraph-deterministic: %s, so it is taken as a retry: it returns the run's "
+            "final state and runs nothing. If it is new work (a user sending the same text "
+            "again, an activity or task name reused), it was dropped: give each new call a "
+            "new run id (run_config(..., on_finished='raise') refuses such a call instead).",
+            what,
         )
 
     def _warn_once(self, thread_id: str, message: str) -> None:
@@ -717,6 +750,7 @@ __all__ = [
     "GRAPH_RUN_MARKER",
     "HEAD_KEY",
     "MULTITASK_KEY",
+    "ON_FINISHED_KEY",
     "RUN_ID_KEY",
     "RUN_STATUSES",
     "SQLSTATES",

@@ -43,6 +43,7 @@ from langgraph.checkpoint.base import (
 from langgraph.checkpoint.serde.base import SerializerProtocol, maybe_add_typed_methods
 from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 from psycopg import AsyncConnection, Connection
+from psycopg_pool import PoolTimeout
 
 from langgraph_deterministic._compat.langgraph import NULL_TASK_ID
 from langgraph_deterministic._compat.psycopg_pool import count_usage
@@ -76,6 +77,8 @@ from langgraph_deterministic.checkpointer._connections import (
     _require_autocommit,
     _Unset,
     _wait_unlocked,
+    apool_timeout_error,
+    pool_timeout_error,
 )
 from langgraph_deterministic.checkpointer._events import (
     CHECKPOINT_EVENTS,
@@ -287,7 +290,10 @@ class DeterministicSaver(Lifecycle, Connections, BaseCheckpointSaver[str]):
             pool = self._sync_pool()  # its first call: the pool path below
         if pool is not None and not self._closed:
             with _TRANSLATED:
-                conn = pool.getconn()
+                try:
+                    conn = pool.getconn()
+                except PoolTimeout as exc:
+                    raise pool_timeout_error(pool, exc) from exc
                 t0 = time.monotonic()
                 # An enqueue wait gives the connection back to the pool (_waiting).
                 checkout = Checkout(pool, conn, self._queue_listener(), self._checked, execute)
@@ -317,7 +323,10 @@ class DeterministicSaver(Lifecycle, Connections, BaseCheckpointSaver[str]):
             pool = await self._async_pool()  # its first call: the pool path below
         if pool is not None and not self._closed:
             with _TRANSLATED:
-                conn = await pool.getconn()
+                try:
+                    conn = await pool.getconn()
+                except PoolTimeout as exc:
+                    raise await apool_timeout_error(pool, exc) from exc
                 t0 = time.monotonic()
                 acheckout = ACheckout(pool, conn, self._queue_listener(), self._checked, aexecute)
                 try:

@@ -10,6 +10,7 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from langgraph_deterministic.errors import (
     ConfigurationError,
+    DatabaseAccessError,
     DatabaseUnavailableError,
     DeterministicError,
 )
@@ -22,6 +23,11 @@ _AUTH: Final = (
     'role "',  # role "x" does not exist
     "password is required",
 )
+
+
+def _ends(text: str) -> str:
+    """``text`` ending in one full stop (a libpq hint ends in "?")."""
+    return text if text.endswith((".", "?", "!")) else text + "."
 
 
 def redact(dsn: str) -> str:
@@ -38,21 +44,27 @@ def redact(dsn: str) -> str:
 def explain(exc: psycopg.OperationalError, dsn: str, source: str) -> DeterministicError:
     """The error to raise for a failed connection to ``dsn`` (taken from ``source``:
     ``--dsn`` or ``$DATABASE_URL``), naming the cause and the fix for it."""
-    text = " ".join(str(exc).split())
+    text = " ".join(str(exc).split()).rstrip(".")
     where = f"{redact(dsn)} (from {source})"
     state = getattr(exc, "sqlstate", None)
     if state in ("28P01", "28000") or any(a in text for a in _AUTH):
-        return ConfigurationError(
-            f"authentication failed for {where}: {text}. Fix: correct the user name or "
+        return DatabaseAccessError(
+            f"authentication failed for {where}: {_ends(text)} Fix: correct the user name or "
             f"password in {source} (the server refused this login)."
         )
     if state == "3D000" or ('database "' in text and "does not exist" in text):
-        return ConfigurationError(
-            f"the database named in {where} does not exist: {text}. Fix: create it "
+        return DatabaseAccessError(
+            f"the database named in {where} does not exist: {_ends(text)} Fix: create it "
             f"(createdb) or name an existing one in {source}."
         )
+    if state == "42501" or "permission denied for database" in text:
+        return DatabaseAccessError(
+            f"the role named in {where} may not connect to that database: {_ends(text)} Fix: as "
+            "the database's owner, GRANT CONNECT ON DATABASE <name> TO <role>, or name a "
+            f"role that has it in {source}."
+        )
     return DatabaseUnavailableError(
-        f"cannot connect to Postgres at {where}: {text}. Fix: check that the server runs "
+        f"cannot connect to Postgres at {where}: {_ends(text)} Fix: check that the server runs "
         f"and accepts connections at that host and port, or correct {source}."
     )
 
@@ -63,7 +75,7 @@ def check(dsn: str, source: str, *, timeout_s: int = 10) -> None:
         conninfo_to_dict(dsn)
     except psycopg.Error as exc:
         raise ConfigurationError(
-            f"{source} is not a valid libpq connection string ({exc}). Fix: use the form "
+            f"{source} is not a valid libpq connection string ({' '.join(str(exc).split())}). Fix: use the form "
             "postgresql://user:password@host:5432/dbname."
         ) from None
     try:

@@ -57,6 +57,7 @@ from langgraph_deterministic._messages import (
     key,
     unanswered_calls,
 )
+from langgraph_deterministic.checkpointer._translate import sentence
 from langgraph_deterministic.errors import (
     DatabaseUnavailableError,
     DeterministicError,
@@ -680,7 +681,7 @@ def audit(
                     collect(pending.result())
         except psycopg.OperationalError as exc:
             raise DatabaseUnavailableError(
-                f"the audit lost its connection: {str(exc).strip()}. Fix: check the server "
+                f"the audit lost its connection: {sentence(str(exc))} Fix: check the server "
                 "and run the audit again (it wrote nothing)."
             ) from exc
         finally:

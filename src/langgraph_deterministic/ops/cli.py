@@ -283,7 +283,8 @@ def _print_audit(report: AuditReport) -> None:
         if busy:
             console.print(
                 f"{len(busy)} of these may have a run in progress (written within --idle): "
-                "repair leaves them until they are idle: "
+                "repair leaves them until they are idle (if their workers are dead, "
+                "`repair --idle 0` repairs them now): "
                 + ", ".join(busy[:20])
                 + (" ..." if len(busy) > 20 else "")
             )

@@ -58,6 +58,7 @@ from psycopg.types.json import Jsonb
 from langgraph_deterministic._compat.langgraph import START, TASKS, branch_to
 from langgraph_deterministic._db.queries import queries as saver_queries
 from langgraph_deterministic._messages import as_messages, input_readings, key, unanswered_calls
+from langgraph_deterministic.checkpointer._translate import sentence
 from langgraph_deterministic.errors import (
     DatabaseUnavailableError,
     DeterministicError,
@@ -165,7 +166,9 @@ def repair(
             if head.in_progress:
                 plan.refused = (
                     f"a run may be in progress (a step is left and the last write is "
-                    f"younger than {idle}); retry later or stop its worker"
+                    f"younger than {idle}). If its worker is alive, let the run finish (or "
+                    "retry it with its run id); if the worker is dead (crashed, killed), "
+                    "repair it now with `--idle 0` (or `--idle` below the last write's age)"
                 )
                 continue
             try:
@@ -187,7 +190,7 @@ def repair(
                 plan.refused = "the head is locked by another session; retry later"
             except psycopg.OperationalError as exc:
                 raise DatabaseUnavailableError(
-                    f"repair lost its connection on thread {tid!r}: {str(exc).strip()}. "
+                    f"repair lost its connection on thread {tid!r}: {sentence(str(exc))} "
                     "Its transaction rolled back; threads repaired before it stay repaired. "
                     "Fix: run repair again."
                 ) from exc

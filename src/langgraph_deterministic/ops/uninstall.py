@@ -33,6 +33,7 @@ import psycopg
 from psycopg import sql
 
 from langgraph_deterministic._db import migrate as _migrate
+from langgraph_deterministic.checkpointer._translate import sentence
 from langgraph_deterministic.errors import (
     ConfigurationError,
     DatabaseUnavailableError,
@@ -254,19 +255,19 @@ def uninstall(
                         progress(step, attempts, time.perf_counter() - t0)
         except psycopg.OperationalError as exc:
             raise DatabaseUnavailableError(
-                f"uninstall lost its connection: {str(exc).strip()}. Each statement ran in "
+                f"uninstall lost its connection: {sentence(str(exc))} Each statement ran in "
                 "its own transaction: what ran stays removed. Fix: run uninstall again; it "
                 "removes what is left."
             ) from exc
         except psycopg.errors.DependentObjectsStillExist as exc:
             raise UninstallRefusedError(
-                f"an object of yours depends on one of ours: {str(exc).strip()}. Fix: drop "
+                f"an object of yours depends on one of ours: {sentence(str(exc))} Fix: drop "
                 "or change that object (a view or foreign key on an lgd_ table), then run "
                 "uninstall again; the statements before this one stay applied."
             ) from exc
         except psycopg.errors.InsufficientPrivilege as exc:
             raise ConfigurationError(
-                f"uninstall is not permitted: {str(exc).strip()}. Fix: run it as the role "
+                f"uninstall is not permitted: {sentence(str(exc))} Fix: run it as the role "
                 "that owns the tables (the one that ran the migrations)."
             ) from exc
     report.seconds = time.perf_counter() - started
