@@ -157,7 +157,7 @@ def retryable_tables() -> str:
     import psycopg.errors
 
     from langgraph_deterministic import is_retryable
-    from langgraph_deterministic.checkpointer._translate import (
+    from langgraph_deterministic._db.translate import (
         CONNECTION_SQLSTATES,
         translate_error,
     )

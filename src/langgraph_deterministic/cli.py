@@ -24,7 +24,7 @@ from collections.abc import Sequence
 
 import psycopg
 
-from langgraph_deterministic.checkpointer._translate import translate_error
+from langgraph_deterministic._db.translate import translate_error
 from langgraph_deterministic.errors import (
     ConfigurationError,
     DatabaseUnavailableError,

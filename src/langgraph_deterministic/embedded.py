@@ -41,7 +41,7 @@ import psycopg
 from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
-from langgraph_deterministic.checkpointer._translate import (
+from langgraph_deterministic._db.translate import (
     CONNECTION_SQLSTATES,
     connection_sqlstate,
     sentence,

@@ -28,7 +28,7 @@ from langgraph_deterministic import (
     is_retryable,
     run_config,
 )
-from langgraph_deterministic.checkpointer._translate import CONNECTION_SQLSTATES, translate_error
+from langgraph_deterministic._db.translate import CONNECTION_SQLSTATES, translate_error
 from langgraph_deterministic.retry import (
     EXIT_PERMANENT,
     EXIT_TRANSIENT,

@@ -272,7 +272,7 @@ def test_only_connection_failures_read_as_an_unreachable_server() -> None:
     """A deadlock or serialization failure is an OperationalError too, but calling it
     'cannot reach Postgres' would send the operator the wrong way and hide that the
     operation may simply be retried."""
-    from langgraph_deterministic.checkpointer._translate import translate_error
+    from langgraph_deterministic._db.translate import translate_error
 
     for transient in (
         psycopg.errors.DeadlockDetected("deadlock detected"),

@@ -28,7 +28,7 @@ from langgraph.graph import END, START, StateGraph
 from typing_extensions import TypedDict
 
 from langgraph_deterministic import DeterministicSaver, run_config
-from langgraph_deterministic.checkpointer._translate import translate_error
+from langgraph_deterministic._db.translate import translate_error
 from langgraph_deterministic.errors import (
     ConcurrentRunError,
     DatabaseUnavailableError,

@@ -23,8 +23,8 @@ from psycopg.rows import tuple_row
 from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
 from langgraph_deterministic._db import migrate as _migrate
+from langgraph_deterministic._db.translate import sentence, translate_error
 from langgraph_deterministic.checkpointer._lifecycle import _close_with_loop
-from langgraph_deterministic.checkpointer._translate import sentence, translate_error
 from langgraph_deterministic.errors import ConfigurationError, DeterministicError, SaverClosedError
 from langgraph_deterministic.pool import AsyncConnectionPool as AsyncNewestFirstPool
 from langgraph_deterministic.pool import ConnectionPool as NewestFirstPool

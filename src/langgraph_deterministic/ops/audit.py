@@ -51,13 +51,13 @@ import psycopg
 from langchain_core.messages import BaseMessage
 from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 
+from langgraph_deterministic._db.translate import sentence
 from langgraph_deterministic._messages import (
     as_messages,
     input_readings,
     key,
     unanswered_calls,
 )
-from langgraph_deterministic.checkpointer._translate import sentence
 from langgraph_deterministic.errors import (
     DatabaseUnavailableError,
     DeterministicError,

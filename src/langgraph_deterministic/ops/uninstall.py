@@ -33,7 +33,7 @@ import psycopg
 from psycopg import sql
 
 from langgraph_deterministic._db import migrate as _migrate
-from langgraph_deterministic.checkpointer._translate import sentence
+from langgraph_deterministic._db.translate import sentence
 from langgraph_deterministic.errors import (
     ConfigurationError,
     DatabaseUnavailableError,
