@@ -188,7 +188,8 @@ def _cmd_demo(args: argparse.Namespace) -> int:
 
 
 def _cmd_ops(args: argparse.Namespace) -> int:
-    """audit/repair keep exit code 1 for "damage found", so every error is 2 here."""
+    """audit/repair keep exit code 1 for "damage found", so every error is 2 here: one of
+    ours, and any other exception too (a traceback's exit 1 would read as damage)."""
     from langgraph_deterministic.ops import _cli as ops_cli
 
     try:
@@ -196,6 +197,13 @@ def _cmd_ops(args: argparse.Namespace) -> int:
         return run(args, _dsn(args))
     except DeterministicError as exc:
         print(f"error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except Exception as exc:  # not ours: a bug; still exit 2, never the "damage found" 1
+        print(
+            f"error: the {args.command} itself failed ({type(exc).__name__}: {exc}); it "
+            "wrote nothing it had not finished. Please report this.",
+            file=sys.stderr,
+        )
         return EXIT_USAGE
 
 

@@ -32,6 +32,10 @@ Fault classes (:data:`FAULTS`); all but ``no_run_id`` count as damage:
     purpose (``update_state``/time travel: source ``update``/``fork``) are not reported.
 ``unfinished_run``
     The ledger shows a run as running while its thread has been idle on an unfinished step.
+``unreadable``
+    A row of the thread cannot be read: the head's JSON is not an object, or a blob the
+    audit decodes is truncated, of an unknown kind or names a type off the allow-list
+    (nothing it names is imported or called). Reads of the thread raise; repair refuses it.
 
 Threads whose id starts with ``lgd-backup:`` (the copies ``repair`` keeps) are skipped;
 faults recorded before a thread's last repair checkpoint are not reported again.
@@ -49,8 +53,8 @@ from typing import Any, Final, Literal
 
 import psycopg
 from langchain_core.messages import BaseMessage
-from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 
+from langgraph_deterministic.checkpointer._serde import SafeSerializer, guarded_loads
 from langgraph_deterministic.errors import (
     DatabaseUnavailableError,
     DeterministicError,
@@ -115,6 +119,12 @@ FAULTS: Final[dict[str, FaultClass]] = {
             "unfinished_run", "damage",
             "the ledger shows a run as running on a thread idle on an unfinished step",
             "retry the run with its run id, or repair closes it",
+        ),
+        FaultClass(
+            "unreadable", "damage",
+            "a stored checkpoint or blob cannot be read (not a JSON object, truncated, a "
+            "type off the allow-list): reads of the thread fail",
+            "repair refuses it: restore the thread's rows from a backup or delete the thread",
         ),
     )
 }  # fmt: skip
@@ -274,6 +284,8 @@ class AuditReport:
             "counts": self.counts(),
             "damaged_threads": [t for t in threads if set(t["faults"]) - {"no_run_id"}],
             "risk_threads": [t for t in threads if t["faults"] == ["no_run_id"]],
+            # rows the audit could not read (reads of these threads raise; repair refuses them)
+            "unreadable_threads": [t["thread_id"] for t in threads if "unreadable" in t["faults"]],
         }
 
 
@@ -370,7 +382,7 @@ class _Scanner:
         only: str | None,
         ledger: bool,
         messages_channel: str,
-        serde: JsonPlusSerializer,
+        serde: SafeSerializer,
     ) -> None:
         self.conn, self.now, self.idle, self.since, self.only = conn, now, idle, since, only
         self.ledger, self.channel, self.serde = ledger, messages_channel, serde
@@ -419,7 +431,7 @@ class _Scanner:
         checkpoints = 0
         for row in rows:
             (thread_id, n, head_id, ts, run_id, source, pending, interrupted,
-             fork_parents, _pairs, msg_type, msg_blob) = row  # fmt: skip
+             fork_parents, _pairs, msg_type, msg_blob, unreadable) = row  # fmt: skip
             checkpoints += n
             when = _parse_ts(ts)
             idle = when is None or self.now - when >= self.idle
@@ -440,6 +452,9 @@ class _Scanner:
             def add(fault: str, detail: str, at: str = head_id, tid: str = thread_id) -> None:
                 findings.append(Finding(tid, fault, at, detail))
 
+            if unreadable is not None:
+                add("unreadable", f"the head checkpoint cannot be read: {unreadable}")
+                continue
             if run_id is None:
                 add("no_run_id", f"head checkpoint written by a call without run id ({source})")
             stuck = head.pending and not head.interrupted and head.idle
@@ -449,28 +464,32 @@ class _Scanner:
                     add("unfinished_run", "ledger: running: " + ", ".join(head.running_runs))
             for parent in fork_parents or ():
                 add("forked_history", "two graph runs continued this checkpoint", parent)
-            if thread_id in inputs:
-                pairs, writes = inputs[thread_id]
-                for later, earlier in pairs:
-                    if self._same_input(writes.get(later), writes.get(earlier)):
-                        add("reapplied_input", f"same input as checkpoint {earlier}", later)
-            if msg_blob is not None and not surely_answered(msg_blob):
-                messages = as_messages(self.serde.loads_typed((msg_type, msg_blob)))
-                if messages is not None:
-                    for _, call, followed in unanswered_calls(messages):
-                        if followed or not head.pending:
-                            add(
-                                "unanswered_tool_call",
-                                f"tool call {call.get('id')} ({call.get('name')}) has no result",
-                            )
+            try:
+                if thread_id in inputs:
+                    pairs, writes = inputs[thread_id]
+                    for later, earlier in pairs:
+                        if self._same_input(writes.get(later), writes.get(earlier)):
+                            add("reapplied_input", f"same input as checkpoint {earlier}", later)
+                messages = None
+                if msg_blob is not None and not surely_answered(msg_blob):
+                    messages = as_messages(guarded_loads(self.serde, msg_type, msg_blob))
+            except Exception as exc:  # refused by the allow-list, truncated, unknown kind
+                add("unreadable", f"a blob cannot be read: {type(exc).__name__}: {exc}"[:500])
+                continue
+            for _, call, followed in unanswered_calls(messages) if messages is not None else ():
+                if followed or not head.pending:
+                    add(
+                        "unanswered_tool_call",
+                        f"tool call {call.get('id')} ({call.get('name')}) has no result",
+                    )
         return findings, heads, checkpoints, time.thread_time() - cpu
 
     def _same_input(self, a: Any, b: Any) -> bool:
         if not a or not b:
             return False
-        decode = self.serde.loads_typed
-        values_a = {ch: decode((t, bl)) for ch, t, bl in zip(*a, strict=True)}
-        values_b = {ch: decode((t, bl)) for ch, t, bl in zip(*b, strict=True)}
+        serde = self.serde
+        values_a = {ch: guarded_loads(serde, t, bl) for ch, t, bl in zip(*a, strict=True)}
+        values_b = {ch: guarded_loads(serde, t, bl) for ch, t, bl in zip(*b, strict=True)}
         return bool(values_a) and input_key(values_a, self.channel) == input_key(
             values_b, self.channel
         )
@@ -600,7 +619,7 @@ def audit(
         now: datetime = now_row[0]
         scanner = _Scanner(
             conn, now=now, idle=idle, since=since, only=thread_id, ledger=ledger,
-            messages_channel=messages_channel, serde=JsonPlusSerializer(),
+            messages_channel=messages_channel, serde=SafeSerializer(),
         )  # fmt: skip
         done = 0
         pool = ThreadPoolExecutor(
