@@ -22,6 +22,7 @@ import sys
 import time
 from collections.abc import Sequence
 
+from langgraph_deterministic._dsn import scrub
 from langgraph_deterministic.errors import (
     ConfigurationError,
     DatabaseUnavailableError,
@@ -196,15 +197,22 @@ def _cmd_ops(args: argparse.Namespace) -> int:
         run = ops_cli.run_audit if args.command == "audit" else ops_cli.run_repair
         return run(args, _dsn(args))
     except DeterministicError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        _error(args, str(exc))
         return EXIT_USAGE
     except Exception as exc:  # not ours: a bug; still exit 2, never the "damage found" 1
-        print(
-            f"error: the {args.command} itself failed ({type(exc).__name__}: {exc}); it "
-            "wrote nothing it had not finished. Please report this.",
-            file=sys.stderr,
+        _error(
+            args,
+            f"the {args.command} itself failed ({type(exc).__name__}: {exc}); it wrote "
+            "nothing it had not finished. Please report this.",
         )
         return EXIT_USAGE
+
+
+def _error(args: argparse.Namespace, text: str) -> None:
+    """An error line on stderr, with any password of the command's DSN masked (the
+    messages are built redacted; this is the last guard)."""
+    dsn = getattr(args, "dsn", None) or os.environ.get("DATABASE_URL")
+    print(f"error: {scrub(text, dsn)}", file=sys.stderr)
 
 
 def _cmd_uninstall(args: argparse.Namespace) -> int:
@@ -258,10 +266,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return _COMMANDS[args.command](args)
     except (DatabaseUnavailableError, ConfigurationError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        _error(args, str(exc))
         return EXIT_USAGE
     except DeterministicError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        _error(args, str(exc))
         return EXIT_FAILED
 
 

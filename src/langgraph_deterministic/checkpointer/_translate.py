@@ -5,6 +5,7 @@ from __future__ import annotations
 import psycopg
 import psycopg.errors
 
+from langgraph_deterministic._dsn import parse_error
 from langgraph_deterministic.errors import (
     ConfigurationError,
     DatabaseUnavailableError,
@@ -81,7 +82,7 @@ def translate_error(exc: BaseException) -> BaseException:
         )
     if isinstance(exc, psycopg.ProgrammingError) and "conninfo" in str(exc).lower():
         return ConfigurationError(
-            f"The connection string is not valid: {exc}. Pass a libpq URI such as "
+            f"The connection string is not valid: {parse_error(exc)}. Pass a libpq URI such as "
             "'postgresql://user:password@host:5432/dbname' or a 'key=value' string."
         )
     return exc

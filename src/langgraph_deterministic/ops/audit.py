@@ -54,6 +54,7 @@ from typing import Any, Final, Literal
 import psycopg
 from langchain_core.messages import BaseMessage
 
+from langgraph_deterministic._dsn import chained, scrub
 from langgraph_deterministic.checkpointer._serde import SafeSerializer, guarded_loads
 from langgraph_deterministic.errors import (
     DatabaseUnavailableError,
@@ -331,6 +332,7 @@ def connect(
     options = f"-c statement_timeout={int(statement_timeout_ms)} -c lock_timeout=2000"
     if work_mem is not None:
         options += f" -c work_mem={work_mem}"
+    _connect.parse(dsn, "the DSN")
     try:
         return psycopg.connect(
             dsn,
@@ -340,7 +342,7 @@ def connect(
             options=options,
         )
     except psycopg.OperationalError as exc:
-        raise _connect.explain(exc, dsn, "the DSN") from exc
+        raise _connect.explain(exc, dsn, "the DSN") from chained(exc, dsn)
 
 
 def _check_schema(conn: psycopg.Connection[Any]) -> bool:
@@ -697,9 +699,9 @@ def audit(
                     collect(pending.result())
         except psycopg.OperationalError as exc:
             raise DatabaseUnavailableError(
-                f"the audit lost its connection: {str(exc).strip()}. Fix: check the server "
+                f"the audit lost its connection: {scrub(str(exc).strip(), dsn)}. Fix: check the server "
                 "and run the audit again (it wrote nothing)."
-            ) from exc
+            ) from chained(exc, dsn)
         finally:
             pool.shutdown(wait=True, cancel_futures=True)
     if "cgroup" in report.priority + report.backend_priority:

@@ -55,6 +55,7 @@ from langgraph.checkpoint.base.id import uuid6
 from psycopg.types.json import Jsonb
 
 from langgraph_deterministic._compat.langgraph import START, TASKS, branch_to
+from langgraph_deterministic._dsn import chained, scrub
 from langgraph_deterministic.checkpointer._queries import queries as saver_queries
 from langgraph_deterministic.checkpointer._serde import SafeSerializer, guarded_loads
 from langgraph_deterministic.errors import (
@@ -195,10 +196,11 @@ def repair(
                 plan.refused = "the head is locked by another session; retry later"
             except psycopg.OperationalError as exc:
                 raise DatabaseUnavailableError(
-                    f"repair lost its connection on thread {tid!r}: {str(exc).strip()}. "
+                    f"repair lost its connection on thread {tid!r}: "
+                    f"{scrub(str(exc).strip(), dsn)}. "
                     "Its transaction rolled back; threads repaired before it stay repaired. "
                     "Fix: run repair again."
-                ) from exc
+                ) from chained(exc, dsn)
     return report
 
 

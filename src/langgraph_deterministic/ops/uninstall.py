@@ -32,6 +32,7 @@ from typing import Any, Final
 import psycopg
 from psycopg import sql
 
+from langgraph_deterministic._dsn import chained, scrub
 from langgraph_deterministic.checkpointer import _migrate
 from langgraph_deterministic.errors import (
     ConfigurationError,
@@ -221,11 +222,12 @@ def uninstall(
     policy = _migrate.LockPolicy(timeout=lock_timeout, retries=lock_retries)
     report = UninstallReport(dry_run=dry_run)
     started = time.perf_counter()
+    _connect.parse(dsn, "the DSN")
     try:
         conn = psycopg.connect(dsn, autocommit=True, connect_timeout=10,
                                application_name="langgraph-deterministic uninstall")  # fmt: skip
     except psycopg.OperationalError as exc:
-        raise _connect.explain(exc, dsn, "the DSN") from exc
+        raise _connect.explain(exc, dsn, "the DSN") from chained(exc, dsn)
     with conn:
         try:
             if dry_run:
@@ -254,10 +256,11 @@ def uninstall(
                         progress(step, attempts, time.perf_counter() - t0)
         except psycopg.OperationalError as exc:
             raise DatabaseUnavailableError(
-                f"uninstall lost its connection: {str(exc).strip()}. Each statement ran in "
+                f"uninstall lost its connection: {scrub(str(exc).strip(), dsn)}. Each "
+                "statement ran in "
                 "its own transaction: what ran stays removed. Fix: run uninstall again; it "
                 "removes what is left."
-            ) from exc
+            ) from chained(exc, dsn)
         except psycopg.errors.DependentObjectsStillExist as exc:
             raise UninstallRefusedError(
                 f"an object of yours depends on one of ours: {str(exc).strip()}. Fix: drop "
