@@ -41,6 +41,7 @@ from langgraph_deterministic.checkpointer._batch import Batch, Operation, Statem
 from langgraph_deterministic.checkpointer._queries import queries
 from langgraph_deterministic.checkpointer._rows import (
     Codec,
+    check_shape,
     checkpoint_json,
     config_for,
     load_tuple,
@@ -166,7 +167,7 @@ def _thread_ns(config: RunnableConfig) -> tuple[str, str]:
 def _with_pending_sends(codec: Codec, rows: list[tuple[Any, ...]]) -> Operation[None]:
     """Checkpoints of format v < 4 keep pending Sends as writes of their parent: fold them
     into the TASKS channel the way current LangGraph expects to find them."""
-    old = [r for r in rows if r[4].get("v", 4) < 4 and r[3]]
+    old = [r for r in rows if isinstance(r[4], dict) and r[4].get("v", 4) < 4 and r[3]]
     if not old:
         return
     (sends,) = yield Batch.read(
@@ -350,6 +351,8 @@ def _start_graph_run(
     admitted = admission is not None and admission.verdict == "admitted"
     mark: str | None = None
     try:
+        if head is not None:
+            check_shape(head)
         decision = contract.decide_start(info, head[5] if head else None, ledger)
         if decision.action == "final" and not addressed:
             (found,) = yield Batch.read(

@@ -150,12 +150,27 @@ def load_tuple(codec: Codec, row: Sequence[Any]) -> CheckpointTuple:
         raise unreadable(row[0], row[1], row[2], exc) from exc
 
 
+def check_shape(row: Sequence[Any]) -> None:
+    """Raise our error (naming the thread and checkpoint) when a ``select_checkpoint`` row's
+    JSON is not what LangGraph writes: the code that reads it would fail anywhere."""
+    checkpoint, metadata = row[4], row[5]
+    problem = None
+    for column, value in (("checkpoint", checkpoint), ("metadata", metadata)):
+        if not isinstance(value, dict):
+            problem = f"its {column} JSON is a {type(value).__name__}, not an object"
+            break
+    else:
+        if not isinstance(checkpoint.get("channel_versions", {}), dict):
+            problem = "its channel_versions are not an object"
+    if problem is not None:
+        raise unreadable(row[0], row[1], row[2], TypeError(problem))
+
+
 def _load_tuple(codec: Codec, row: Sequence[Any]) -> CheckpointTuple:
+    check_shape(row)
     (thread_id, ns, checkpoint_id, parent_id, checkpoint, metadata,
      b_channels, b_types, b_blobs,
      task_ids, w_channels, w_types, w_blobs, task_paths, idxs) = row  # fmt: skip
-    if not isinstance(checkpoint, dict):
-        raise TypeError(f"the checkpoint column holds a JSON {type(checkpoint).__name__}, not an object")
     values = dict(checkpoint.get("channel_values") or {})
     if b_channels:
         for channel, type_, blob in zip(b_channels, b_types, b_blobs, strict=True):

@@ -90,6 +90,8 @@ SELECT k.thread_id, k.n, k.head_id, h.checkpoint ->> 'ts' AS ts,
             THEN 'its channel_versions are not an object'
             WHEN jsonb_typeof(h.metadata) IS DISTINCT FROM 'object'
             THEN 'its metadata JSON is not an object'
+            WHEN b.type NOT IN ('msgpack', 'json', 'null', 'bytes', 'bytearray', 'empty')
+            THEN 'its ' || %(messages)s || ' blob is of an unknown kind, ' || quote_literal(b.type)
        END AS unreadable
 FROM k
 JOIN checkpoints h ON h.thread_id = k.thread_id AND h.checkpoint_ns = '' AND h.checkpoint_id = k.head_id
