@@ -39,7 +39,7 @@ _REGISTER_HINT = (
 
 def type_key(allowed: AllowedType) -> tuple[str, str]:
     if isinstance(allowed, type):
-        return (allowed.__module__, allowed.__qualname__)
+        return (allowed.__module__, allowed.__name__)  # what the encoder writes
     module, name = allowed
     return (str(module), str(name))
 
