@@ -33,6 +33,7 @@ from langchain_core.messages import (
     SystemMessage,
     ToolMessage,
 )
+from langchain_core.outputs import Generation
 from langgraph.checkpoint.base import empty_checkpoint
 from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 from langgraph.graph import START, StateGraph
@@ -216,6 +217,10 @@ async def test_no_code_runs_in_reads_runs_audit_or_repair(
     assert [m.content for m in out["messages"]][-1] == "ok"
 
 
+class Drafting(TypedDict):
+    draft: Generation
+
+
 @dataclasses.dataclass
 class Mine:
     name: str
@@ -294,3 +299,24 @@ def test_a_journaled_error_never_imports_a_module(tmp_path: Path) -> None:
     assert "antigravity" not in sys.modules
     err = _load_error(blob)
     assert isinstance(err, DeterministicError) and "antigravity" not in sys.modules
+
+
+def test_under_langgraph_strict_msgpack_compile_registers_the_state_schema_types(
+    db: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """LANGGRAPH_STRICT_MSGPACK=true (read at import: patched here) makes compile() add
+    the state schema's types to the checkpointer's allow-list; it does with this saver."""
+    from langgraph._internal import _serde as lg_serde
+
+    def write(state: Drafting) -> dict[str, Any]:
+        return {"draft": Generation(text="hi")}
+
+    builder = StateGraph(Drafting).add_node(write).add_edge(START, "write")
+    with DeterministicSaver(db) as saver:
+        config = run_config("strict-schema", "r1")
+        builder.compile(checkpointer=saver).invoke({"draft": Generation(text="x")}, config)
+        with pytest.raises(UnsafeDataError, match="Generation"):
+            builder.compile(checkpointer=saver).get_state(config)
+        monkeypatch.setattr(lg_serde, "STRICT_MSGPACK_ENABLED", True)
+        graph = builder.compile(checkpointer=saver)
+        assert graph.get_state(config).values == {"draft": Generation(text="hi")}
