@@ -39,6 +39,7 @@ from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 from langgraph.graph import START, StateGraph
 from langgraph.graph.message import add_messages
 from langgraph.types import Command, Interrupt, Send
+from pydantic import BaseModel
 from typing_extensions import TypedDict
 
 from langgraph_deterministic import (
@@ -320,3 +321,33 @@ def test_under_langgraph_strict_msgpack_compile_registers_the_state_schema_types
         monkeypatch.setattr(lg_serde, "STRICT_MSGPACK_ENABLED", True)
         graph = builder.compile(checkpointer=saver)
         assert graph.get_state(config).values == {"draft": Generation(text="hi")}
+
+
+class PydanticState(BaseModel):
+    question: str
+    answer: str = ""
+    messages: list[AnyMessage] = []
+
+
+@dataclasses.dataclass
+class DataclassState:
+    question: str
+    answer: str = ""
+    messages: list[AnyMessage] = dataclasses.field(default_factory=list)
+
+
+@pytest.mark.parametrize("schema", [PydanticState, DataclassState])
+def test_pydantic_and_dataclass_state_schemas_need_no_registration(db: str, schema: Any) -> None:
+    """LangGraph stores a schema's fields one by one: plain values and messages, all on
+    the list (only a field whose value is a model of yours needs allowed_types)."""
+
+    def answer(state: Any) -> dict[str, Any]:
+        return {"answer": "42", "messages": [HumanMessage(state.question), AIMessage("42")]}
+
+    builder = StateGraph(schema).add_node(answer).add_edge(START, "answer")
+    with DeterministicSaver(db) as saver:
+        graph = builder.compile(checkpointer=saver)
+        config = run_config(f"schema-{schema.__name__}", "r1")
+        graph.invoke({"question": "why"}, config)
+        values = graph.get_state(config).values
+        assert values["answer"] == "42" and values["messages"][-1].content == "42"
