@@ -72,6 +72,8 @@ class SafeSerializer(JsonPlusSerializer):
         )
 
     def loads_typed(self, data: tuple[str, bytes]) -> Any:
+        """LangGraph's decoding, with the allow-list: a pickle, or a JSON blob naming a
+        constructor off the list, raises :class:`UnsafeDataError` before it is decoded."""
         type_, blob = data
         if type_ == "json":  # the pre-msgpack format: refuse what it names before decoding
             json.loads(blob, object_hook=self._check_json)
