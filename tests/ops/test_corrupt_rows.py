@@ -128,3 +128,13 @@ def test_repair_refuses_them_with_the_reason_and_still_repairs_the_rest(corrupt_
 def test_an_audit_that_fails_exits_2_not_1(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["audit", "--dsn", "postgresql://nobody@127.0.0.1:1/x"]) == 2
     assert "error:" in capsys.readouterr().err
+
+
+def test_the_fix_the_errors_name_works_delete_thread_clears_them(corrupt_db: str) -> None:
+    """Runs last in this module: it removes the corrupt threads the tests above read."""
+    with DeterministicSaver(corrupt_db) as saver:
+        for kind in CORRUPTIONS:
+            saver.delete_thread(kind)
+            assert saver.get_tuple(run_config(kind, "after")) is None
+    faults = {t: {f.fault for f in fs} for t, fs in audit(corrupt_db).by_thread().items()}
+    assert not any("unreadable" in f for f in faults.values()), faults
