@@ -88,10 +88,26 @@ class SafeSerializer(JsonPlusSerializer):
             )
         return super().loads_typed(data)
 
+    def with_msgpack_allowlist(
+        self, extra_allowlist: Iterable[tuple[str, ...] | type]
+    ) -> JsonPlusSerializer:
+        """LangGraph's clone with more types (its ``compile()`` calls it under
+        ``LANGGRAPH_STRICT_MSGPACK=true`` with the state schema's types); the JSON check
+        allows them too."""
+        extra = tuple(extra_allowlist)
+        clone = super().with_msgpack_allowlist(extra)
+        if clone is not self and isinstance(clone, SafeSerializer):
+            clone.allowed_types = self.allowed_types | {
+                type_key(t) if isinstance(t, type) else (str(t[0]), str(t[1]))
+                for t in extra
+                if isinstance(t, type) or len(t) == 2
+            }
+        return clone
+
     def _check_json(self, value: dict[str, Any]) -> dict[str, Any]:
         ids = value.get("id")
         if value.get("lc") == 2 and value.get("type") == "constructor" and isinstance(ids, list):
-            module, name = ".".join(map(str, ids[:-1])), str(ids[-1]) if ids else ""
+            module, name = ".".join(map(str, ids[:-1])), (str(ids[-1]) if ids else "")
             key = (module, name)
             if key not in _lg_msgpack.SAFE_MSGPACK_TYPES and key not in self.allowed_types:
                 raise refusal(module, name)
