@@ -125,9 +125,20 @@ def test_repair_refuses_them_with_the_reason_and_still_repairs_the_rest(corrupt_
     assert plan.exit_code == 1
 
 
-def test_an_audit_that_fails_exits_2_not_1(capsys: pytest.CaptureFixture[str]) -> None:
+def test_an_audit_that_fails_exits_2_not_1(
+    corrupt_db: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     assert main(["audit", "--dsn", "postgresql://nobody@127.0.0.1:1/x"]) == 2
     assert "error:" in capsys.readouterr().err
+
+    def crash(*args: Any, **kwargs: Any) -> None:  # a bug of ours, not one of our errors
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr("langgraph_deterministic.ops.audit._Scanner.analyse", crash)
+    for argv in (["audit"], ["audit", "--json"], ["repair"]):
+        assert main([*argv, "--dsn", corrupt_db]) == 2, argv
+        err = capsys.readouterr().err
+        assert "itself failed (RuntimeError: boom)" in err and "Traceback" not in err
 
 
 def test_the_fix_the_errors_name_works_delete_thread_clears_them(corrupt_db: str) -> None:
