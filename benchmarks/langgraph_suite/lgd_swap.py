@@ -17,7 +17,7 @@ Driven by ``run.py`` through environment variables:
                        (rewritten every 50 tests, so a run cut short still counts)
 ``LGD_SUITE_ONLY``     optional: a comma list of the six fixtures to keep
 ``LGD_SUITE_SERDE``    ``peer`` (default: the peer's ``JsonPlusSerializer()`` where a test
-                     passes none) or ``safe`` (our default, ``SafeSerializer``)
+                       passes none) or ``safe`` (our default, ``SafeSerializer``)
 
 After collection the plugin keeps only the Postgres items (see ``_keep``), points their
 URI constants at our server, and - with ``ours`` - replaces the saver classes in their
