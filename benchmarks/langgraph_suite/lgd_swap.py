@@ -16,6 +16,8 @@ Driven by ``run.py`` through environment variables:
 ``LGD_SUITE_RESULTS``  JSON file this plugin writes: nodeid -> outcome and message
                        (rewritten every 50 tests, so a run cut short still counts)
 ``LGD_SUITE_ONLY``     optional: a comma list of the six fixtures to keep
+``LGD_SUITE_SERDE``    ``peer`` (default: the peer's ``JsonPlusSerializer()`` where a test
+                       passes none) or ``safe`` (our default, ``SafeSerializer``)
 
 After collection the plugin keeps only the Postgres items (see ``_keep``), points their
 URI constants at our server, and - with ``ours`` - replaces the saver classes in their
@@ -82,8 +84,14 @@ def _keep(item: pytest.Item) -> bool:
 
 
 def _make(conn: Any, api: str, pipe: Any = None, serde: Any = None) -> Any:
+    from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
+
     from langgraph_deterministic import DeterministicSaver
 
+    if serde is None and _env("LGD_SUITE_SERDE", "peer") == "peer":
+        # The peer's default, so the oracle compares the savers, not their serializers:
+        # LangGraph's tests store their own classes, which our allow-list refuses on purpose.
+        serde = JsonPlusSerializer()
     saver = DeterministicSaver(conn, run_id_policy=_env("LGD_SUITE_POLICY", "off"), serde=serde)  # type: ignore[arg-type]
     saver.conn = conn  # type: ignore[attr-defined]
     saver.pipe = pipe  # type: ignore[attr-defined]

@@ -1,11 +1,12 @@
 """langgraph-deterministic: make LangGraph agents safe to retry and safe to replay."""
 
-from langgraph_deterministic.checkpointer import DeterministicSaver
+from langgraph_deterministic.checkpointer import DeterministicSaver, SafeSerializer
 from langgraph_deterministic.checkpointer.contract import RunRecord
 from langgraph_deterministic.config import run_config
 from langgraph_deterministic.errors import (
     ConcurrentRunError,
     ConfigurationError,
+    CorruptCheckpointError,
     DatabaseAccessError,
     DatabaseUnavailableError,
     DeterministicError,
@@ -28,6 +29,7 @@ from langgraph_deterministic.errors import (
     SchemaNotReadyError,
     SerializationError,
     ThreadBusyError,
+    UnsafeDataError,
     is_retryable,
 )
 from langgraph_deterministic.runner import (
@@ -41,6 +43,7 @@ from langgraph_deterministic.runner import (
 __all__ = [
     "ConcurrentRunError",
     "ConfigurationError",
+    "CorruptCheckpointError",
     "DatabaseAccessError",
     "DatabaseUnavailableError",
     "DeterministicError",
@@ -63,10 +66,12 @@ __all__ = [
     "RunRecord",
     "RunSupersededError",
     "RunUnfinishedError",
+    "SafeSerializer",
     "SaverClosedError",
     "SchemaNotReadyError",
     "SerializationError",
     "ThreadBusyError",
+    "UnsafeDataError",
     "durable",
     "durable_sync",
     "idempotency_key",

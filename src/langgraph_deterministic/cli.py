@@ -25,6 +25,7 @@ from collections.abc import Sequence
 import psycopg
 
 from langgraph_deterministic._db.translate import translate_error
+from langgraph_deterministic._dsn import scrub
 from langgraph_deterministic.errors import (
     ConfigurationError,
     DatabaseUnavailableError,
@@ -191,15 +192,30 @@ def _cmd_demo(args: argparse.Namespace) -> int:
 
 
 def _cmd_ops(args: argparse.Namespace) -> int:
-    """audit/repair keep exit code 1 for "damage found", so every error is 2 here."""
+    """audit/repair keep exit code 1 for "damage found", so every error is 2 here: one of
+    ours, and any other exception too (a traceback's exit 1 would read as damage)."""
     from langgraph_deterministic.ops import cli as ops_cli
 
     try:
         run = ops_cli.run_audit if args.command == "audit" else ops_cli.run_repair
         return run(args, _dsn(args))
     except DeterministicError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        _error(args, str(exc))
         return EXIT_USAGE
+    except Exception as exc:  # not ours: a bug; still exit 2, never the "damage found" 1
+        _error(
+            args,
+            f"the {args.command} itself failed ({type(exc).__name__}: {exc}); it wrote "
+            "nothing it had not finished. Please report this.",
+        )
+        return EXIT_USAGE
+
+
+def _error(args: argparse.Namespace, text: str) -> None:
+    """An error line on stderr, with any password of the command's DSN masked (the
+    messages are built redacted; this is the last guard)."""
+    dsn = getattr(args, "dsn", None) or os.environ.get("DATABASE_URL")
+    print(f"error: {scrub(text, dsn)}", file=sys.stderr)
 
 
 def _cmd_uninstall(args: argparse.Namespace) -> int:
@@ -259,10 +275,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                 raise
             raise translated from exc
     except (DatabaseUnavailableError, ConfigurationError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        _error(args, str(exc))
         return EXIT_USAGE
     except DeterministicError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        _error(args, str(exc))
         return EXIT_FAILED
 
 

@@ -47,6 +47,7 @@ from langgraph_deterministic._db.translate import (
     sentence,
     translate_error,
 )
+from langgraph_deterministic._dsn import chained, parse_error, redact, scrub
 from langgraph_deterministic.errors import ConfigurationError, DatabaseUnavailableError
 
 SUPERUSER: Final = "postgres"
@@ -161,7 +162,7 @@ class EmbeddedPostgres:
 
     def __repr__(self) -> str:
         state = "running" if self.running else "stopped"
-        return f"EmbeddedPostgres(backend={self.backend!r}, dsn={self.dsn!r}, {state})"
+        return f"EmbeddedPostgres(backend={self.backend!r}, dsn={redact(self.dsn)!r}, {state})"
 
 
 def socket_dsn(socket_dir: Path, port: int, dbname: str = "postgres") -> str:
@@ -264,13 +265,7 @@ def _launch_pgserver(data: Path) -> tuple[str, Callable[[], None]]:
 
 def redact_dsn(dsn: str) -> str:
     """``dsn`` with any password masked, for messages; unparseable input is not echoed."""
-    try:
-        params = conninfo_to_dict(dsn)
-    except psycopg.Error:
-        return "<unparseable connection string>"
-    if "password" in params:
-        params["password"] = "***"
-    return make_conninfo("", **params)
+    return redact(dsn)
 
 
 def check_connection(
@@ -281,8 +276,9 @@ def check_connection(
         conninfo_to_dict(dsn)
     except psycopg.Error as exc:
         raise ConfigurationError(
-            f"{source} is not a valid libpq connection string ({' '.join(str(exc).split())}). "
-            "Fix: use the form postgresql://user:password@host:5432/dbname."
+            f"{source} is not a valid libpq connection string ({parse_error(exc, dsn)}). "
+            "Fix: use the form "
+            "postgresql://user:password@host:5432/dbname."
         ) from None
     try:
         with psycopg.connect(dsn, connect_timeout=max(1, timeout_s)) as conn:
@@ -293,14 +289,14 @@ def check_connection(
             raise translate_error(exc) from exc
         raise DatabaseUnavailableError(
             f"cannot connect to Postgres at {redact_dsn(dsn)} (from {source}): "
-            f"{sentence(str(exc))} Fix: start Postgres there (e.g. `docker compose up -d "
+            f"{sentence(scrub(str(exc), dsn))} Fix: start Postgres there (e.g. `docker compose up -d "
             f"postgres`) or correct {source}"
             + (
                 f"; or leave DATABASE_URL unset to use an embedded server ({EMBEDDED_INSTALL})."
                 if embedded_available_here()
                 else "."
             )
-        ) from exc
+        ) from chained(exc, dsn)
 
 
 def ensure_database_url(
@@ -326,12 +322,20 @@ def ensure_database_url(
 
 def _connect_admin(admin_dsn: str) -> psycopg.Connection[Any]:
     try:
+        conninfo_to_dict(admin_dsn)
+    except psycopg.Error as exc:
+        raise ConfigurationError(
+            f"the admin DSN is not a valid libpq connection string "
+            f"({parse_error(exc, admin_dsn)}). Fix: use the form "
+            "postgresql://user:password@host:5432/dbname."
+        ) from None
+    try:
         return psycopg.connect(admin_dsn, autocommit=True, connect_timeout=10)
     except psycopg.OperationalError as exc:
         raise DatabaseUnavailableError(
             f"cannot connect to the admin database {redact_dsn(admin_dsn)}: "
-            f"{sentence(str(exc))} Fix: {FIX}."
-        ) from exc
+            f"{sentence(scrub(str(exc), admin_dsn))} Fix: {FIX}."
+        ) from chained(exc, admin_dsn)
 
 
 def create_database(admin_dsn: str, prefix: str = "lgd_scratch") -> str:
@@ -349,14 +353,14 @@ def create_database(admin_dsn: str, prefix: str = "lgd_scratch") -> str:
             )
         except psycopg.errors.InsufficientPrivilege as exc:
             raise ConfigurationError(
-                f"the role in {redact_dsn(admin_dsn)} may not create databases ({exc}). "
+                f"the role in {redact_dsn(admin_dsn)} may not create databases ({scrub(str(exc), admin_dsn)}). "
                 "Fix: ALTER ROLE ... CREATEDB, or use a superuser DSN."
-            ) from exc
+            ) from chained(exc, admin_dsn)
         except psycopg.Error as exc:
             raise DatabaseUnavailableError(
-                f"CREATE DATABASE {name} failed on {redact_dsn(admin_dsn)}: {exc}. "
+                f"CREATE DATABASE {name} failed on {redact_dsn(admin_dsn)}: {scrub(str(exc), admin_dsn)}. "
                 "Fix: check the server log and free disk space."
-            ) from exc
+            ) from chained(exc, admin_dsn)
     return make_conninfo(admin_dsn, dbname=name)
 
 
@@ -369,9 +373,9 @@ def drop_database(admin_dsn: str, dbname: str) -> None:
             )
         except psycopg.Error as exc:
             raise DatabaseUnavailableError(
-                f"DROP DATABASE {dbname} failed on {redact_dsn(admin_dsn)}: {exc}. "
+                f"DROP DATABASE {dbname} failed on {redact_dsn(admin_dsn)}: {scrub(str(exc), admin_dsn)}. "
                 "Fix: drop it by hand once nothing uses it."
-            ) from exc
+            ) from chained(exc, admin_dsn)
 
 
 __all__ = [

@@ -82,6 +82,22 @@ class SerializationError(DeterministicError, TypeError):
     yours."""
 
 
+class UnsafeDataError(DeterministicError):
+    """Stored data names a type that is not on the saver's allow-list (LangChain's
+    messages and documents, LangGraph's own types, the standard library's value types and
+    the types you registered), or is a pickle. Nothing it names was imported or called.
+    Fix: if the type is yours, register it: ``DeterministicSaver(...,
+    allowed_types=[YourType])``; if you never stored such a type, someone wrote the row
+    by hand: see docs/explanation/security.md."""
+
+
+class CorruptCheckpointError(DeterministicError):
+    """A stored checkpoint or write cannot be read (its JSON is not an object, a blob is
+    truncated or of an unknown kind). The message names the thread and checkpoint; other
+    threads are not affected. Fix: ``langgraph-deterministic audit`` lists such threads;
+    restore the rows from a backup or delete the thread (``saver.delete_thread``)."""
+
+
 class IncompatibleLangGraphError(DeterministicError, ImportError):
     """The installed LangGraph lacks an extension point this package relies on. Fix:
     install a LangGraph version within this package's supported range (its
@@ -224,6 +240,7 @@ def is_retryable(exc: BaseException) -> bool:
 __all__ = [
     "ConcurrentRunError",
     "ConfigurationError",
+    "CorruptCheckpointError",
     "DatabaseAccessError",
     "DatabaseUnavailableError",
     "DeterministicError",
@@ -246,5 +263,6 @@ __all__ = [
     "SchemaNotReadyError",
     "SerializationError",
     "ThreadBusyError",
+    "UnsafeDataError",
     "is_retryable",
 ]

@@ -28,6 +28,7 @@ from langgraph_deterministic import (
     JournaledOpError,
     JournalLimitError,
     NondeterminismError,
+    UnsafeDataError,
     run_config,
 )
 from langgraph_deterministic.runner import (
@@ -227,7 +228,10 @@ def test_a_node_retried_by_its_retry_policy_finds_its_stored_ops(
     assert ops.keys["second"][0] == ops.keys["second"][1]
 
 
-def test_results_go_through_the_savers_serde(saver: DeterministicSaver) -> None:
+@pytest.mark.parametrize("registered", [True, False])
+def test_results_go_through_the_savers_serde(db: str, registered: bool) -> None:
+    """Including its allow-list: a replayed result of a type of the user's comes back when
+    the saver registers it, and is refused (not run, not half-decoded) when it does not."""
     values = {
         "message": AIMessage(content="hi", id="m1"),
         "model": Invoice(id="i1", cents=1200),
@@ -246,13 +250,19 @@ def test_results_go_through_the_savers_serde(saver: DeterministicSaver) -> None:
     g = StateGraph(S)
     g.add_node("n", node)
     g.add_edge(START, "n")
-    graph = g.compile(checkpointer=saver)
-    runner = DeterministicRunner(journal=PostgresJournal(saver))
-    with pytest.raises(Crash):
-        runner.invoke(graph, {"r": []}, run_config("t-serde", "run-1"))
-    runner.invoke(graph, {"r": []}, run_config("t-serde", "run-1"))
-    assert runner.last_stats.executed == []
-    assert seen[1] == values
+    thread = f"t-serde-{registered}"
+    with DeterministicSaver(db, allowed_types=[Invoice] if registered else ()) as saver:
+        graph = g.compile(checkpointer=saver)
+        runner = DeterministicRunner(journal=PostgresJournal(saver))
+        with pytest.raises(Crash):
+            runner.invoke(graph, {"r": []}, run_config(thread, "run-1"))
+        if not registered:
+            with pytest.raises(UnsafeDataError, match=r"Invoice.*allowed_types"):
+                runner.invoke(graph, {"r": []}, run_config(thread, "run-1"))
+            return
+        runner.invoke(graph, {"r": []}, run_config(thread, "run-1"))
+        assert runner.last_stats.executed == []
+        assert seen[1] == values
 
 
 def test_a_result_over_the_size_limit_is_refused_clearly(saver: DeterministicSaver, db: str) -> None:

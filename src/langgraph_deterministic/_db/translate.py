@@ -8,6 +8,7 @@ import psycopg
 import psycopg.errors
 import psycopg_pool
 
+from langgraph_deterministic._dsn import parse_error
 from langgraph_deterministic.errors import (
     ConfigurationError,
     DatabaseAccessError,
@@ -173,7 +174,7 @@ def translate_error(exc: BaseException) -> BaseException:
         )
     if isinstance(exc, psycopg.ProgrammingError) and "conninfo" in str(exc).lower():
         return ConfigurationError(
-            f"The connection string is not valid: {sentence(str(exc))} Pass a libpq URI such as "
+            f"The connection string is not valid: {sentence(parse_error(exc))} Pass a libpq URI such as "
             "'postgresql://user:password@host:5432/dbname' or a 'key=value' string."
         )
     return exc

@@ -24,6 +24,7 @@ from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
 from langgraph_deterministic._db import migrate as _migrate
 from langgraph_deterministic._db.translate import sentence, translate_error
+from langgraph_deterministic._dsn import chained, masked, parse_error
 from langgraph_deterministic.checkpointer._lifecycle import _close_with_loop
 from langgraph_deterministic.errors import ConfigurationError, DeterministicError, SaverClosedError
 from langgraph_deterministic.pool import AsyncConnectionPool as AsyncNewestFirstPool
@@ -240,10 +241,12 @@ def _check_dsn(dsn: str) -> None:
     try:
         psycopg.conninfo.conninfo_to_dict(dsn)
     except psycopg.ProgrammingError as exc:
+        # from None: the driver's message quotes the token it refused (the password, say)
         raise ConfigurationError(
-            f"The connection string is not valid: {sentence(str(exc))} Pass a libpq URI such as "
-            "'postgresql://user:password@host:5432/dbname' or a 'key=value' string."
-        ) from exc
+            f"The connection string is not valid: {sentence(parse_error(exc, dsn))} Pass a libpq "
+            "URI such as 'postgresql://user:password@host:5432/dbname' (percent-encode "
+            "%, @, : and / in the password) or a 'key=value' string."
+        ) from None
 
 
 _AUTOCOMMIT_WHY = (
@@ -392,8 +395,8 @@ def _probe(dsn: str, kwargs: Mapping[str, Any]) -> bool:
             cur = conn.cursor(row_factory=tuple_row)
             row = cur.execute(_migrate.BACKEND_PID_SQL, prepare=False).fetchone()
             return row is not None and row[0] == conn.info.backend_pid
-    except psycopg.Error as exc:
-        raise translate_error(exc) from exc
+    except psycopg.Error as exc:  # libpq may quote a host cut out of a password
+        raise masked(translate_error(exc), exc, dsn) from chained(exc, dsn)
 
 
 async def _aprobe(dsn: str, kwargs: Mapping[str, Any]) -> bool:
@@ -403,8 +406,8 @@ async def _aprobe(dsn: str, kwargs: Mapping[str, Any]) -> bool:
             await cur.execute(_migrate.BACKEND_PID_SQL, prepare=False)
             row = await cur.fetchone()
             return row is not None and row[0] == conn.info.backend_pid
-    except psycopg.Error as exc:
-        raise translate_error(exc) from exc
+    except psycopg.Error as exc:  # libpq may quote a host cut out of a password
+        raise masked(translate_error(exc), exc, dsn) from chained(exc, dsn)
 
 
 async def _wait_unlocked(lock: asyncio.Lock, seconds: float) -> None:

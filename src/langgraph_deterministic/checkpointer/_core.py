@@ -39,6 +39,7 @@ from langgraph_deterministic._db.queries import queries
 from langgraph_deterministic.checkpointer._row_types import CheckpointRow, StartRow
 from langgraph_deterministic.checkpointer._rows import (
     Codec,
+    check_shape,
     checkpoint_json,
     config_for,
     load_tuple,
@@ -100,11 +101,44 @@ _NO_CONTRACT = RunContract("off")
 MAX_KEY_BYTES = 2048
 
 
-def check_key_sizes(thread_id: str, ns: str, run_id: str | None) -> None:
+def storable(what: str, value: str) -> str:
+    """``value`` when Postgres can store it as text, else our error: a NUL character ends
+    as psycopg's DataError, a lone surrogate (``"\\ud800"``) as a UnicodeEncodeError, both
+    raised after earlier statements of the call may have landed."""
+    if "\x00" in value or (not value.isascii() and not _encodable(value)):
+        raise ConfigurationError(
+            f"The {what} {value!r:.100} cannot be stored: Postgres text holds no NUL "
+            "character and only valid Unicode (no lone surrogate such as '\\ud800'). Use "
+            "ids of printable text (e.g. a hash of a natural key). Nothing was run or written."
+        )
+    return value
+
+
+def _encodable(value: str) -> bool:
+    try:
+        value.encode()
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def check_key_sizes(
+    thread_id: str, ns: str, run_id: str | None, checkpoint_id: str | None = None
+) -> None:
     """Refuse ids too long to index, before anything is written (Postgres would raise
     ProgramLimitExceeded at the first index insert, after earlier statements landed)."""
+    if run_id:
+        storable("run_id", run_id)
+    if checkpoint_id:
+        storable("checkpoint_id", checkpoint_id)
     thread = len(thread_id.encode())
-    sizes = {"checkpoint_ns": len(ns.encode()), "run_id": len(run_id.encode()) if run_id else 0}
+    sizes = {
+        "checkpoint_ns": len(ns.encode()),
+        # the checkpoints' and writes' primary keys hold all three
+        "checkpoint_ns and checkpoint_id": len(ns.encode())
+        + (len(checkpoint_id.encode()) if checkpoint_id else 0),
+        "run_id": len(run_id.encode()) if run_id else 0,
+    }
     for other, size in sizes.items():
         if thread + size > MAX_KEY_BYTES:
             raise ConfigurationError(
@@ -133,7 +167,12 @@ def _thread_ns(config: RunnableConfig) -> tuple[str, str]:
             "The config has no configurable.thread_id. Pass "
             "{'configurable': {'thread_id': ...}} (or use run_config(thread_id, run_id))."
         )
-    return str(configurable["thread_id"]), str(configurable.get("checkpoint_ns") or "")
+    thread_id = str(configurable["thread_id"])
+    ns = str(configurable.get("checkpoint_ns") or "")
+    if not (thread_id.isascii() and ns.isascii()) or "\x00" in thread_id or "\x00" in ns:
+        storable("thread_id", thread_id)
+        storable("checkpoint_ns", ns)
+    return thread_id, ns
 
 
 _CHECKPOINT = CheckpointRow._fields.index("checkpoint")
@@ -146,7 +185,7 @@ def _with_pending_sends(codec: Codec, rows: list[tuple[Any, ...]]) -> Operation[
     old = [
         (i, CheckpointRow._make(r))
         for i, r in enumerate(rows)
-        if r[_CHECKPOINT].get("v", 4) < 4 and r[_PARENT]
+        if isinstance(r[_CHECKPOINT], dict) and r[_CHECKPOINT].get("v", 4) < 4 and r[_PARENT]
     ]
     if not old:
         return
@@ -187,11 +226,12 @@ def get_tuple(
     select = queries()["select_checkpoint"]
     info = contract.call_info(config, thread_id, ns) if contract is not None else None
     if info is not None and info.in_graph_run:
-        check_key_sizes(thread_id, ns, info.run_id)
+        check_key_sizes(thread_id, ns, info.run_id, get_checkpoint_id(config))
     if info is not None and contract is not None and contract.checks_start(info):
         return (yield from _start_graph_run(codec, config, contract, info, journal_attempt))
     params = {"thread_id": thread_id, "checkpoint_ns": ns}
     if checkpoint_id := get_checkpoint_id(config):
+        storable("checkpoint_id", checkpoint_id)
         sql = select + _AT_CHECKPOINT
         params["checkpoint_id"] = checkpoint_id
     else:
@@ -321,6 +361,8 @@ def _start_graph_run(
     admitted = admission is not None and admission.verdict == "admitted"
     mark: str | None = None
     try:
+        if head is not None:
+            check_shape(head)
         decision = contract.decide_start(info, head.metadata if head else None, ledger)
         if decision.action == "final" and not addressed:
             (found,) = yield Batch.read(
@@ -538,6 +580,9 @@ def list_checkpoints(
         params["thread_id"], _ = _thread_ns(config)
         params["checkpoint_ns"] = config["configurable"].get("checkpoint_ns")
         params["checkpoint_id"] = get_checkpoint_id(config) or None
+    for key in ("checkpoint_ns", "checkpoint_id"):
+        if isinstance(params[key], str):
+            storable(key, params[key])
     if filter:
         run_id = filter.get("run_id")
         if isinstance(run_id, str):
@@ -545,6 +590,8 @@ def list_checkpoints(
         params["filter"] = Jsonb(dict(filter))
     if before is not None:
         params["before"] = get_checkpoint_id(before) or None
+        if params["before"] is not None:
+            storable("checkpoint_id", str(params["before"]))
     if limit is not None:
         params["limit"] = int(limit)
     # Unprepared: planned with the parameters' values, so only the conditions given stay.
@@ -569,14 +616,20 @@ def put(
     ``_writebuffer``)."""
     thread_id, ns = _thread_ns(config)
     parent_id = config["configurable"].get("checkpoint_id")
+    if parent_id:  # before the checks that compare it
+        check_key_sizes(thread_id, ns, None, str(parent_id))
     if contract is None:
         contract = _NO_CONTRACT
     info = contract.call_info(config, thread_id, ns)
     contract.require_run_id(info, "A checkpoint write")
     stored_run_id = metadata.get(RUN_ID_KEY)
     check_key_sizes(
-        thread_id, ns, info.run_id or (str(stored_run_id) if stored_run_id is not None else None)
+        thread_id,
+        ns,
+        info.run_id or (str(stored_run_id) if stored_run_id is not None else None),
+        str(checkpoint["id"]),
     )
+
     stored = checkpoint.copy()
     inline = stored["channel_values"] = dict(checkpoint["channel_values"])
     # Primitives stay inline in the checkpoint row (as the peer does); everything else
@@ -711,8 +764,8 @@ def put_writes(
         contract = _NO_CONTRACT
     info = contract.call_info(config, thread_id, ns)
     contract.require_run_id(info, "A pending write")
-    check_key_sizes(thread_id, ns, info.run_id)
     checkpoint_id = config["configurable"]["checkpoint_id"]
+    check_key_sizes(thread_id, ns, info.run_id, str(checkpoint_id))
     rows = []
     for idx, (channel, value) in enumerate(writes):
         type_, blob = codec.dumps(f"a write to channel {channel!r}", value)
@@ -768,6 +821,8 @@ def put_writes(
 def get_run(codec: Codec, thread_id: str, run_id: str) -> Operation[RunRecord | None]:
     """The ledger row of one run and the checkpoint it last wrote (its final state once it
     has finished), in one round trip."""
+    storable("thread_id", thread_id)
+    storable("run_id", run_id)
     (rows,) = yield Batch.read(
         queries()["select_run"].replace("{select_checkpoint}", queries()["select_checkpoint"]),
         {"thread_id": str(thread_id), "run_id": str(run_id)},

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import random
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, cast
 
 from langchain_core.runnables import RunnableConfig
@@ -18,7 +18,13 @@ try:  # a dependency of langsmith (so of every LangGraph install on CPython)
 except ImportError:  # pragma: no cover - PyPy: the stdlib encoder only
     orjson = None  # type: ignore[assignment]
 
-from langgraph_deterministic.errors import SerializationError
+from langgraph_deterministic.checkpointer._serde import guarded_loads
+from langgraph_deterministic.errors import (
+    CorruptCheckpointError,
+    DeterministicError,
+    SerializationError,
+    UnsafeDataError,
+)
 
 
 @dataclass(slots=True)
@@ -26,10 +32,6 @@ class Codec:
     """(De)serialisation of channel values and writes, with errors that name the culprit."""
 
     serde: SerializerProtocol
-    _loads: Any = field(init=False)
-
-    def __post_init__(self) -> None:
-        self._loads = self.serde.loads_typed
 
     def dumps(self, what: str, value: Any) -> tuple[str, bytes]:
         try:
@@ -38,12 +40,13 @@ class Codec:
             raise SerializationError(
                 f"Cannot serialise {what} (a {type(value).__name__}): {exc}. Keep graph "
                 "state to JSON-like data, dataclasses, pydantic models and LangChain "
-                "messages, or pass a serde that handles this type "
-                "(e.g. JsonPlusSerializer(pickle_fallback=True)). Nothing was written."
+                "messages, or pass a serde that handles this type (a msgpack-able "
+                "type: register it with DeterministicSaver(..., allowed_types=[...]) so "
+                "it is read back). Nothing was written."
             ) from exc
 
     def loads(self, type_: str, blob: bytes | None) -> Any:
-        return self._loads((type_, blob if blob is not None else b""))
+        return guarded_loads(self.serde, type_, blob if blob is not None else b"")
 
 
 # Types orjson would encode where json.dumps raises or encodes otherwise go to its
@@ -122,8 +125,49 @@ def config_for(thread_id: str, checkpoint_ns: str, checkpoint_id: str) -> Runnab
     }
 
 
+def unreadable(thread_id: str, ns: str, checkpoint_id: str, exc: Exception) -> DeterministicError:
+    """The error for a stored checkpoint (or write) that cannot be decoded."""
+    where = f"Thread {thread_id!r} (checkpoint_ns {ns!r}) checkpoint {checkpoint_id!r}"
+    if isinstance(exc, UnsafeDataError):
+        return UnsafeDataError(f"{where}: {exc}")
+    return CorruptCheckpointError(
+        f"{where} cannot be read: {type(exc).__name__}: {exc}. Other threads are not "
+        "affected. Fix: `langgraph-deterministic audit` lists the unreadable threads; "
+        "restore their rows from a backup or delete the thread (saver.delete_thread)."
+    )
+
+
 def load_tuple(codec: Codec, row: Sequence[Any]) -> CheckpointTuple:
-    """A ``select_checkpoint`` row to a CheckpointTuple."""
+    """A ``select_checkpoint`` row to a CheckpointTuple (our error, naming the thread and
+    checkpoint, when its JSON or a blob cannot be decoded)."""
+    try:
+        return _load_tuple(codec, row)
+    except DeterministicError as exc:
+        if isinstance(exc, UnsafeDataError | CorruptCheckpointError):
+            raise unreadable(row[0], row[1], row[2], exc) from exc
+        raise
+    except Exception as exc:  # a non-object JSON, a truncated blob, an unknown kind
+        raise unreadable(row[0], row[1], row[2], exc) from exc
+
+
+def check_shape(row: Sequence[Any]) -> None:
+    """Raise our error (naming the thread and checkpoint) when a ``select_checkpoint`` row's
+    JSON is not what LangGraph writes: the code that reads it would fail anywhere."""
+    checkpoint, metadata = row[4], row[5]
+    problem = None
+    for column, value in (("checkpoint", checkpoint), ("metadata", metadata)):
+        if not isinstance(value, dict):
+            problem = f"its {column} JSON is a {type(value).__name__}, not an object"
+            break
+    else:
+        if not isinstance(checkpoint.get("channel_versions", {}), dict):
+            problem = "its channel_versions are not an object"
+    if problem is not None:
+        raise unreadable(row[0], row[1], row[2], TypeError(problem))
+
+
+def _load_tuple(codec: Codec, row: Sequence[Any]) -> CheckpointTuple:
+    check_shape(row)
     (thread_id, ns, checkpoint_id, parent_id, checkpoint, metadata,
      b_channels, b_types, b_blobs,
      task_ids, w_channels, w_types, w_blobs, task_paths, idxs) = row  # fmt: skip

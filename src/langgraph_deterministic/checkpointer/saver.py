@@ -41,7 +41,6 @@ from langgraph.checkpoint.base import (
     DeltaChannelHistory,
 )
 from langgraph.checkpoint.serde.base import SerializerProtocol, maybe_add_typed_methods
-from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 from psycopg import AsyncConnection, Connection
 from psycopg_pool import PoolTimeout
 
@@ -91,6 +90,7 @@ from langgraph_deterministic.checkpointer._events import (
 from langgraph_deterministic.checkpointer._leases import LeaseKeeper
 from langgraph_deterministic.checkpointer._lifecycle import Lifecycle
 from langgraph_deterministic.checkpointer._rows import Codec, next_version
+from langgraph_deterministic.checkpointer._serde import AllowedType, SafeSerializer
 from langgraph_deterministic.checkpointer._waiting import (
     ACheckout,
     Checkout,
@@ -161,6 +161,12 @@ class DeterministicSaver(Lifecycle, Connections, BaseCheckpointSaver[str]):
     once they have waited that long, or when the run ends. A worker killed within that
     time of a task's end, before its superstep's checkpoint, loses the task's writes (it
     runs again on the retry). ``0`` commits every ``put_writes`` on its own.
+
+    Stored data never makes the saver import or call a name: the default ``serde`` (a
+    :class:`SafeSerializer`) builds LangChain's messages and documents, LangGraph's own
+    types, the standard library's value types and the ``allowed_types`` you list (classes,
+    or ``(module, name)`` pairs) and raises :class:`~langgraph_deterministic.UnsafeDataError`
+    for any other type a row names, and for pickles (see the Security page).
     """
 
     def __init__(
@@ -178,8 +184,16 @@ class DeterministicSaver(Lifecycle, Connections, BaseCheckpointSaver[str]):
         lease_ttl: float = 30.0,
         enqueue_timeout: float = 300.0,
         buffer_writes: float = 0.05,
+        allowed_types: Iterable[AllowedType] = (),
     ) -> None:
-        super().__init__(serde=serde or JsonPlusSerializer())  # sets self.serde (below)
+        allowed = tuple(allowed_types)
+        if serde is not None and allowed:
+            raise ConfigurationError(
+                "allowed_types extends the default serializer; with your own serde, allow "
+                "the types on it instead (SafeSerializer(allowed_types=[...]), or "
+                "JsonPlusSerializer(allowed_msgpack_modules=[...]))."
+            )
+        super().__init__(serde=serde or SafeSerializer(allowed))  # sets self.serde (below)
         self.multitask_strategy: MultitaskStrategy = check_strategy(multitask_strategy)
         if not lease_ttl > 0 or not enqueue_timeout >= 0:
             raise ConfigurationError(
@@ -253,6 +267,7 @@ class DeterministicSaver(Lifecycle, Connections, BaseCheckpointSaver[str]):
         lease_ttl: float = 30.0,
         enqueue_timeout: float = 300.0,
         buffer_writes: float = 0.05,
+        allowed_types: Iterable[AllowedType] = (),
     ) -> DeterministicSaver:
         """The peer's constructor: ``with DeterministicSaver.from_conn_string(dsn) as saver``
         (or ``async with``; one saver serves both APIs). It owns its pools and closes them
@@ -273,6 +288,7 @@ class DeterministicSaver(Lifecycle, Connections, BaseCheckpointSaver[str]):
             lease_ttl=lease_ttl,
             enqueue_timeout=enqueue_timeout,
             buffer_writes=buffer_writes,
+            allowed_types=allowed_types,
         )
 
     # -- running operations ----------------------------------------------------------

@@ -6,8 +6,9 @@ from __future__ import annotations
 from typing import Final
 
 import psycopg
-from psycopg.conninfo import conninfo_to_dict, make_conninfo
+from psycopg.conninfo import conninfo_to_dict
 
+from langgraph_deterministic._dsn import chained, parse_error, redact, scrub
 from langgraph_deterministic.errors import (
     ConfigurationError,
     DatabaseAccessError,
@@ -25,26 +26,18 @@ _AUTH: Final = (
 )
 
 
+__all__ = ["check", "explain", "parse", "redact"]
+
+
 def _ends(text: str) -> str:
     """``text`` ending in one full stop (a libpq hint ends in "?")."""
     return text if text.endswith((".", "?", "!")) else text + "."
 
 
-def redact(dsn: str) -> str:
-    """``dsn`` with its password masked; an unparseable one is not echoed."""
-    try:
-        params = conninfo_to_dict(dsn)
-    except psycopg.Error:
-        return "<unparseable connection string>"
-    if "password" in params:
-        params["password"] = "***"
-    return make_conninfo("", **params)
-
-
 def explain(exc: psycopg.OperationalError, dsn: str, source: str) -> DeterministicError:
     """The error to raise for a failed connection to ``dsn`` (taken from ``source``:
     ``--dsn`` or ``$DATABASE_URL``), naming the cause and the fix for it."""
-    text = " ".join(str(exc).split()).rstrip(".")
+    text = scrub(" ".join(str(exc).split()), dsn).rstrip(".")
     where = f"{redact(dsn)} (from {source})"
     state = getattr(exc, "sqlstate", None)
     if state in ("28P01", "28000") or any(a in text for a in _AUTH):
@@ -71,15 +64,21 @@ def explain(exc: psycopg.OperationalError, dsn: str, source: str) -> Determinist
 
 def check(dsn: str, source: str, *, timeout_s: int = 10) -> None:
     """Connect once to ``dsn``; raise :func:`explain`'s error when that fails."""
-    try:
-        conninfo_to_dict(dsn)
-    except psycopg.Error as exc:
-        raise ConfigurationError(
-            f"{source} is not a valid libpq connection string ({' '.join(str(exc).split())}). Fix: use the form "
-            "postgresql://user:password@host:5432/dbname."
-        ) from None
+    parse(dsn, source)
     try:
         with psycopg.connect(dsn, connect_timeout=timeout_s, autocommit=True):
             pass
     except psycopg.OperationalError as exc:
-        raise explain(exc, dsn, source) from exc
+        raise explain(exc, dsn, source) from chained(exc, dsn)
+
+
+def parse(dsn: str, source: str) -> None:
+    """Raise our error (the password not echoed) when libpq cannot parse ``dsn``."""
+    try:
+        conninfo_to_dict(dsn)
+    except psycopg.Error as exc:
+        raise ConfigurationError(
+            f"{source} is not a valid libpq connection string ({parse_error(exc, dsn)}). "
+            "Fix: use the form "
+            "postgresql://user:password@host:5432/dbname."
+        ) from None

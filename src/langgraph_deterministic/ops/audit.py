@@ -32,6 +32,10 @@ Fault classes (:data:`FAULTS`); all but ``no_run_id`` count as damage:
     purpose (``update_state``/time travel: source ``update``/``fork``) are not reported.
 ``unfinished_run``
     The ledger shows a run as running while its thread has been idle on an unfinished step.
+``unreadable``
+    A row of the thread cannot be read: the head's JSON is not an object, or a blob the
+    audit decodes is truncated, of an unknown kind or names a type off the allow-list
+    (nothing it names is imported or called). Reads of the thread raise; repair refuses it.
 
 Threads whose id starts with ``lgd-backup:`` (the copies ``repair`` keeps) are skipped;
 faults recorded before a thread's last repair checkpoint are not reported again.
@@ -47,9 +51,9 @@ from dataclasses import asdict, dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, Final, Literal
 
+import ormsgpack
 import psycopg
 from langchain_core.messages import BaseMessage
-from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 
 from langgraph_deterministic._db.translate import sentence
 from langgraph_deterministic._messages import (
@@ -58,6 +62,8 @@ from langgraph_deterministic._messages import (
     key,
     unanswered_calls,
 )
+from langgraph_deterministic._dsn import chained, scrub
+from langgraph_deterministic.checkpointer._serde import SafeSerializer, guarded_loads
 from langgraph_deterministic.errors import (
     DatabaseUnavailableError,
     DeterministicError,
@@ -116,6 +122,12 @@ FAULTS: Final[dict[str, FaultClass]] = {
             "unfinished_run", "damage",
             "the ledger shows a run as running on a thread idle on an unfinished step",
             "retry the run with its run id, or repair closes it",
+        ),
+        FaultClass(
+            "unreadable", "damage",
+            "a stored checkpoint or blob cannot be read (not a JSON object, truncated, a "
+            "type off the allow-list): reads of the thread fail",
+            "repair refuses it: restore the thread's rows from a backup or delete the thread",
         ),
     )
 }  # fmt: skip
@@ -180,6 +192,22 @@ def surely_answered(blob: bytes) -> bool:
     # the messages in order, so the last answer of each id must lie past the call.
     last_answer = {v: end for v, end in _strs_after(blob, _ANSWER_KEY)}
     return all(last_answer.get(i, -1) > at for i, at in ids)
+
+
+def _skip(code: int, data: bytes) -> None:
+    return None
+
+
+def parses(type_: str, blob: bytes) -> bool:
+    """Whether a msgpack blob is whole: its outer structure parses (~10 us for 40
+    messages; the extension payloads stay undecoded, nothing is built)."""
+    if type_ != "msgpack":
+        return True
+    try:
+        ormsgpack.unpackb(blob, ext_hook=_skip, option=ormsgpack.OPT_NON_STR_KEYS)
+    except (ValueError, TypeError):  # ormsgpack.MsgpackDecodeError is a ValueError
+        return False
+    return True
 
 
 @dataclass(frozen=True, slots=True)
@@ -277,6 +305,8 @@ class AuditReport:
             "counts": self.counts(),
             "damaged_threads": [t for t in threads if set(t["faults"]) - {"no_run_id"}],
             "risk_threads": [t for t in threads if t["faults"] == ["no_run_id"]],
+            # rows the audit could not read (reads of these threads raise; repair refuses them)
+            "unreadable_threads": [t["thread_id"] for t in threads if "unreadable" in t["faults"]],
         }
 
 
@@ -322,6 +352,7 @@ def connect(
     options = f"-c statement_timeout={int(statement_timeout_ms)} -c lock_timeout=2000"
     if work_mem is not None:
         options += f" -c work_mem={work_mem}"
+    _connect.parse(dsn, "the DSN")
     try:
         return psycopg.connect(
             dsn,
@@ -331,7 +362,7 @@ def connect(
             options=options,
         )
     except psycopg.OperationalError as exc:
-        raise _connect.explain(exc, dsn, "the DSN") from exc
+        raise _connect.explain(exc, dsn, "the DSN") from chained(exc, dsn)
 
 
 def _check_schema(conn: psycopg.Connection[Any]) -> bool:
@@ -373,7 +404,7 @@ class _Scanner:
         only: str | None,
         ledger: bool,
         messages_channel: str,
-        serde: JsonPlusSerializer,
+        serde: SafeSerializer,
     ) -> None:
         self.conn, self.now, self.idle, self.since, self.only = conn, now, idle, since, only
         self.ledger, self.channel, self.serde = ledger, messages_channel, serde
@@ -422,7 +453,7 @@ class _Scanner:
         checkpoints = 0
         for row in rows:
             (thread_id, n, head_id, ts, run_id, source, pending, interrupted,
-             fork_parents, _pairs, msg_type, msg_blob) = row  # fmt: skip
+             fork_parents, _pairs, msg_type, msg_blob, unreadable) = row  # fmt: skip
             checkpoints += n
             when = _parse_ts(ts)
             idle = when is None or self.now - when >= self.idle
@@ -443,6 +474,9 @@ class _Scanner:
             def add(fault: str, detail: str, at: str = head_id, tid: str = thread_id) -> None:
                 findings.append(Finding(tid, fault, at, detail))
 
+            if unreadable is not None:
+                add("unreadable", f"the head checkpoint cannot be read: {unreadable}")
+                continue
             if run_id is None:
                 add("no_run_id", f"head checkpoint written by a call without run id ({source})")
             stuck = head.pending and not head.interrupted and head.idle
@@ -452,28 +486,35 @@ class _Scanner:
                     add("unfinished_run", "ledger: running: " + ", ".join(head.running_runs))
             for parent in fork_parents or ():
                 add("forked_history", "two graph runs continued this checkpoint", parent)
-            if thread_id in inputs:
-                pairs, writes = inputs[thread_id]
-                for later, earlier in pairs:
-                    if self._same_input(writes.get(later), writes.get(earlier)):
-                        add("reapplied_input", f"same input as checkpoint {earlier}", later)
-            if msg_blob is not None and not surely_answered(msg_blob):
-                messages = as_messages(self.serde.loads_typed((msg_type, msg_blob)))
-                if messages is not None:
-                    for _, call, followed in unanswered_calls(messages):
-                        if followed or not head.pending:
-                            add(
-                                "unanswered_tool_call",
-                                f"tool call {call.get('id')} ({call.get('name')}) has no result",
-                            )
+            try:
+                if thread_id in inputs:
+                    pairs, writes = inputs[thread_id]
+                    for later, earlier in pairs:
+                        if self._same_input(writes.get(later), writes.get(earlier)):
+                            add("reapplied_input", f"same input as checkpoint {earlier}", later)
+                messages = None
+                if msg_blob is not None and not parses(msg_type, msg_blob):
+                    add("unreadable", f"its {self.channel!r} blob is truncated or corrupt")
+                    continue
+                if msg_blob is not None and not surely_answered(msg_blob):
+                    messages = as_messages(guarded_loads(self.serde, msg_type, msg_blob))
+            except Exception as exc:  # refused by the allow-list, truncated, unknown kind
+                add("unreadable", f"a blob cannot be read: {type(exc).__name__}: {exc}"[:500])
+                continue
+            for _, call, followed in unanswered_calls(messages) if messages is not None else ():
+                if followed or not head.pending:
+                    add(
+                        "unanswered_tool_call",
+                        f"tool call {call.get('id')} ({call.get('name')}) has no result",
+                    )
         return findings, heads, checkpoints, time.thread_time() - cpu
 
     def _same_input(self, a: Any, b: Any) -> bool:
         if not a or not b:
             return False
-        decode = self.serde.loads_typed
-        values_a = {ch: decode((t, bl)) for ch, t, bl in zip(*a, strict=True)}
-        values_b = {ch: decode((t, bl)) for ch, t, bl in zip(*b, strict=True)}
+        serde = self.serde
+        values_a = {ch: guarded_loads(serde, t, bl) for ch, t, bl in zip(*a, strict=True)}
+        values_b = {ch: guarded_loads(serde, t, bl) for ch, t, bl in zip(*b, strict=True)}
         return bool(values_a) and input_key(values_a, self.channel) == input_key(
             values_b, self.channel
         )
@@ -603,7 +644,7 @@ def audit(
         now: datetime = now_row[0]
         scanner = _Scanner(
             conn, now=now, idle=idle, since=since, only=thread_id, ledger=ledger,
-            messages_channel=messages_channel, serde=JsonPlusSerializer(),
+            messages_channel=messages_channel, serde=SafeSerializer(),
         )  # fmt: skip
         done = 0
         pool = ThreadPoolExecutor(
@@ -681,9 +722,9 @@ def audit(
                     collect(pending.result())
         except psycopg.OperationalError as exc:
             raise DatabaseUnavailableError(
-                f"the audit lost its connection: {sentence(str(exc))} Fix: check the server "
+                f"the audit lost its connection: {sentence(scrub(str(exc), dsn))} Fix: check the server "
                 "and run the audit again (it wrote nothing)."
-            ) from exc
+            ) from chained(exc, dsn)
         finally:
             pool.shutdown(wait=True, cancel_futures=True)
     if "cgroup" in report.priority + report.backend_priority:

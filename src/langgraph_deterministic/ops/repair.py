@@ -52,13 +52,14 @@ from typing import Any, Final
 import psycopg
 from langchain_core.messages import BaseMessage, ToolMessage
 from langgraph.checkpoint.base.id import uuid6
-from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 from psycopg.types.json import Jsonb
 
 from langgraph_deterministic._compat.langgraph import START, TASKS, branch_to
 from langgraph_deterministic._db.queries import queries as saver_queries
 from langgraph_deterministic._db.translate import sentence
 from langgraph_deterministic._messages import as_messages, input_readings, key, unanswered_calls
+from langgraph_deterministic._dsn import chained, scrub
+from langgraph_deterministic.checkpointer._serde import SafeSerializer, guarded_loads
 from langgraph_deterministic.errors import (
     DatabaseUnavailableError,
     DeterministicError,
@@ -143,7 +144,7 @@ def repair(
     if found is None:
         found = audit(dsn, thread_id=thread_id, idle=idle, messages_channel=messages_channel)
     report = RepairReport(apply=apply)
-    serde = JsonPlusSerializer()
+    serde = SafeSerializer()  # builds no type a row names beyond the allow-list
     with connect(dsn) as conn:
         row = conn.execute(queries("repair")["has_tables"]).fetchone()
         assert row is not None
@@ -163,6 +164,14 @@ def repair(
             plan.repair_id = uuid.uuid4().hex[:16]
             plan.backup_thread_id = f"{BACKUP_PREFIX}{plan.repair_id}:{tid}"
             report.threads.append(plan)
+            if "unreadable" in plan.faults:
+                plan.refused = (
+                    "its rows cannot be read ("
+                    + "; ".join(f.detail for f in findings if f.fault == "unreadable")
+                    + "): repair rewrites nothing it cannot read. Fix: restore the thread's "
+                    "rows from a backup, or delete the thread (saver.delete_thread)"
+                )
+                continue
             if head.in_progress:
                 plan.refused = (
                     f"a run may be in progress (a step is left and the last write is "
@@ -190,10 +199,10 @@ def repair(
                 plan.refused = "the head is locked by another session; retry later"
             except psycopg.OperationalError as exc:
                 raise DatabaseUnavailableError(
-                    f"repair lost its connection on thread {tid!r}: {sentence(str(exc))} "
+                    f"repair lost its connection on thread {tid!r}: {sentence(scrub(str(exc), dsn))} "
                     "Its transaction rolled back; threads repaired before it stay repaired. "
                     "Fix: run repair again."
-                ) from exc
+                ) from chained(exc, dsn)
     return report
 
 
@@ -224,7 +233,7 @@ def _pre_changes(conn: psycopg.Connection[Any]) -> list[str]:
 
 def _repair_thread(
     conn: psycopg.Connection[Any],
-    serde: JsonPlusSerializer,
+    serde: SafeSerializer,
     plan: ThreadRepair,
     findings: list[Finding],
     head: HeadState,
@@ -372,7 +381,7 @@ def _record(conn: psycopg.Connection[Any], plan: ThreadRepair, write: bool, head
 
 def _messages(
     conn: psycopg.Connection[Any],
-    serde: JsonPlusSerializer,
+    serde: SafeSerializer,
     tid: str,
     cv: dict[str, str],
     channel: str,
@@ -385,12 +394,22 @@ def _messages(
     ).fetchone()
     if row is None or row[0] == "empty":
         return None
-    return as_messages(serde.loads_typed((row[0], row[1])))
+    return as_messages(_decode(serde, row[0], row[1]))
+
+
+def _decode(serde: SafeSerializer, type_: str, blob: bytes) -> Any:
+    try:
+        return guarded_loads(serde, type_, blob)
+    except Exception as exc:  # refused by the allow-list, truncated, unknown kind
+        raise _Refused(
+            f"a blob of the thread cannot be read ({type(exc).__name__}: {exc}); repair "
+            "rewrites nothing it cannot read"
+        ) from exc
 
 
 def _messages_at(
     conn: psycopg.Connection[Any],
-    serde: JsonPlusSerializer,
+    serde: SafeSerializer,
     tid: str,
     checkpoint_id: str,
     channel: str,
@@ -406,7 +425,7 @@ def _messages_at(
 
 def _drop_duplicates(
     conn: psycopg.Connection[Any],
-    serde: JsonPlusSerializer,
+    serde: SafeSerializer,
     tid: str,
     input_checkpoint: str,
     messages: list[BaseMessage],
@@ -416,7 +435,7 @@ def _drop_duplicates(
     messages and what was done. Raises :class:`_Refused` when the input cannot be read
     as messages (then the thread stays as it is, and the audit keeps reporting it)."""
     values = [
-        serde.loads_typed((t, b))
+        _decode(serde, t, b)
         for ch, t, b in conn.execute(
             queries("repair")["input_writes"],
             {"thread_id": tid, "checkpoint_id": input_checkpoint},

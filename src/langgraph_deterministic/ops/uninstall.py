@@ -34,6 +34,7 @@ from psycopg import sql
 
 from langgraph_deterministic._db import migrate as _migrate
 from langgraph_deterministic._db.translate import sentence
+from langgraph_deterministic._dsn import chained, scrub
 from langgraph_deterministic.errors import (
     ConfigurationError,
     DatabaseUnavailableError,
@@ -222,11 +223,12 @@ def uninstall(
     policy = _migrate.LockPolicy(timeout=lock_timeout, retries=lock_retries)
     report = UninstallReport(dry_run=dry_run)
     started = time.perf_counter()
+    _connect.parse(dsn, "the DSN")
     try:
         conn = psycopg.connect(dsn, autocommit=True, connect_timeout=10,
                                application_name="langgraph-deterministic uninstall")  # fmt: skip
     except psycopg.OperationalError as exc:
-        raise _connect.explain(exc, dsn, "the DSN") from exc
+        raise _connect.explain(exc, dsn, "the DSN") from chained(exc, dsn)
     with conn:
         try:
             if dry_run:
@@ -255,10 +257,10 @@ def uninstall(
                         progress(step, attempts, time.perf_counter() - t0)
         except psycopg.OperationalError as exc:
             raise DatabaseUnavailableError(
-                f"uninstall lost its connection: {sentence(str(exc))} Each statement ran in "
+                f"uninstall lost its connection: {sentence(scrub(str(exc), dsn))} Each statement ran in "
                 "its own transaction: what ran stays removed. Fix: run uninstall again; it "
                 "removes what is left."
-            ) from exc
+            ) from chained(exc, dsn)
         except psycopg.errors.DependentObjectsStillExist as exc:
             raise UninstallRefusedError(
                 f"an object of yours depends on one of ours: {sentence(str(exc))} Fix: drop "

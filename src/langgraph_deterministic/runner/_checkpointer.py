@@ -49,6 +49,7 @@ from langgraph.checkpoint.base import (
 )
 from langgraph.checkpoint.memory import InMemorySaver
 
+from langgraph_deterministic.checkpointer._serde import guarded_loads
 from langgraph_deterministic.checkpointer.contract import (
     ATTEMPT_KEY,
     HEAD_KEY,
@@ -89,7 +90,7 @@ def _encode(serde: Any, value: Any) -> list[str]:
 
 
 def _decode(serde: Any, encoded: Sequence[str]) -> Any:
-    return serde.loads_typed((encoded[0], base64.b64decode(encoded[1])))
+    return guarded_loads(serde, encoded[0], base64.b64decode(encoded[1]))
 
 
 class JournaledCheckpointer(BaseCheckpointSaver[str]):

@@ -47,10 +47,10 @@ claim-ahead): the retry takes it over or simply runs it again (at-least-once; ``
 from __future__ import annotations
 
 import asyncio
-import importlib
 import inspect
 import json
 import secrets
+import sys
 import threading
 import time
 from collections.abc import Callable, Generator
@@ -63,6 +63,7 @@ import psycopg.errors
 from langgraph_deterministic._compat.langgraph import var_child_runnable_config
 from langgraph_deterministic._db.batch import Batch, Statement
 from langgraph_deterministic._db.queries import queries
+from langgraph_deterministic.checkpointer._serde import guarded_loads
 from langgraph_deterministic.checkpointer.contract import GRAPH_RUN_MARKER, RUN_ID_KEY
 from langgraph_deterministic.errors import (
     ConcurrentRunError,
@@ -307,8 +308,8 @@ def _dump_error(exc: BaseException) -> bytes:
 def _load_error(blob: bytes) -> BaseException:
     data = json.loads(blob)
     name = f"{data['module']}.{data['qualname']}"
-    try:
-        cls: Any = importlib.import_module(data["module"])
+    try:  # only a module already imported: stored data never makes us import one
+        cls: Any = sys.modules[data["module"]]
         for part in data["qualname"].split("."):
             cls = getattr(cls, part)
         if (
@@ -446,7 +447,7 @@ class _Session:
             self.stats.replayed.append(ref.op_key)
         if status == "error":
             raise _load_error(blob or b"{}")
-        return self._saver.serde.loads_typed((type_ or "null", blob or b""))
+        return guarded_loads(self._saver.serde, type_ or "null", blob or b"")
 
     def _encode(self, ref: OpRef, value: Any) -> tuple[str, bytes]:
         try:

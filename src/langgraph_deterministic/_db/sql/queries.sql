@@ -23,7 +23,8 @@ FROM checkpoints c
 LEFT JOIN LATERAL (
     SELECT array_agg(bl.channel) AS channels, array_agg(bl.type) AS types,
            array_agg(bl.blob) AS blobs
-    FROM jsonb_each_text(c.checkpoint -> 'channel_versions') AS v
+    -- (guarded: a row whose versions are not an object reads as unreadable, not an SQL error)
+    FROM jsonb_each_text(CASE WHEN jsonb_typeof(c.checkpoint -> 'channel_versions') = 'object' THEN c.checkpoint -> 'channel_versions' END) AS v
     CROSS JOIN LATERAL (
         SELECT k.channel, k.type, k.blob FROM checkpoint_blobs k
         WHERE k.thread_id = c.thread_id AND k.checkpoint_ns = c.checkpoint_ns
@@ -188,7 +189,7 @@ WITH doomed AS (
     DELETE FROM lgd_journal_attempts WHERE run_id = ANY(%(run_ids)s)
 ), freed AS (
     SELECT DISTINCT d.thread_id, d.checkpoint_ns, v.key AS channel, v.value AS version
-    FROM doomed d CROSS JOIN LATERAL jsonb_each_text(d.versions) AS v
+    FROM doomed d CROSS JOIN LATERAL jsonb_each_text(CASE WHEN jsonb_typeof(d.versions) = 'object' THEN d.versions END) AS v
 ), namespaces AS (
     SELECT DISTINCT thread_id, checkpoint_ns FROM freed
 ), referenced AS (
@@ -199,7 +200,8 @@ WITH doomed AS (
     CROSS JOIN LATERAL (
         SELECT v.key AS channel, v.value AS version
         FROM checkpoints c
-        CROSS JOIN LATERAL jsonb_each_text(c.checkpoint -> 'channel_versions') AS v
+        CROSS JOIN LATERAL jsonb_each_text(
+            CASE WHEN jsonb_typeof(c.checkpoint -> 'channel_versions') = 'object' THEN c.checkpoint -> 'channel_versions' END) AS v
         WHERE c.thread_id = n.thread_id AND c.checkpoint_ns = n.checkpoint_ns
           AND NOT coalesce((c.metadata ->> 'run_id') = ANY(%(run_ids)s), false)
         OFFSET 0
@@ -345,12 +347,13 @@ WITH refusal AS (
                       AND p.checkpoint_id = c.parent_checkpoint_id)
 ), freed AS (
     SELECT DISTINCT d.checkpoint_ns, v.key AS channel, v.value AS version
-    FROM doomed d CROSS JOIN LATERAL jsonb_each_text(d.versions) AS v
+    FROM doomed d CROSS JOIN LATERAL jsonb_each_text(CASE WHEN jsonb_typeof(d.versions) = 'object' THEN d.versions END) AS v
 ), referenced AS (
     SELECT DISTINCT c.checkpoint_ns, v.key AS channel, v.value AS version
     FROM checkpoints c
     JOIN kept k ON k.checkpoint_ns = c.checkpoint_ns AND k.checkpoint_id = c.checkpoint_id
-    CROSS JOIN LATERAL jsonb_each_text(c.checkpoint -> 'channel_versions') AS v
+    CROSS JOIN LATERAL jsonb_each_text(
+            CASE WHEN jsonb_typeof(c.checkpoint -> 'channel_versions') = 'object' THEN c.checkpoint -> 'channel_versions' END) AS v
     WHERE c.thread_id = %(thread_id)s
 ), blobs AS (
     DELETE FROM checkpoint_blobs b USING freed f

@@ -16,7 +16,8 @@ OFFSET %(rows)s LIMIT 1
 -- the head's messages blob when it holds any tool call (the only blob Python decodes).
 -- A step is left to run when a `branch:to:<node>` trigger holds a value its node has not
 -- seen, when the head is an input checkpoint (`__start__` not yet run), or when Send
--- packets are pending.
+-- packets are pending. A head whose JSON is not what LangGraph writes (not an object) is
+-- reported `unreadable`; every JSON function is guarded so one such row never stops the scan.
 WITH c AS MATERIALIZED (
     SELECT thread_id, checkpoint_id, parent_checkpoint_id,
            metadata ->> 'source' AS source, metadata ->> 'run_id' AS run_id,
@@ -51,7 +52,8 @@ WITH c AS MATERIALIZED (
      AND par.checkpoint_id = i.parent_checkpoint_id
     WHERE i.source = 'input' AND (k.repair_id IS NULL OR i.checkpoint_id > k.repair_id)
       AND EXISTS (
-          SELECT 1 FROM jsonb_each_text(par.checkpoint -> 'channel_versions') v
+          SELECT 1 FROM jsonb_each_text(CASE WHEN jsonb_typeof(par.checkpoint -> 'channel_versions') = 'object'
+                                          THEN par.checkpoint -> 'channel_versions' END) v
           WHERE v.key LIKE 'branch:to:%%'
             AND (par.checkpoint -> 'channel_values') ? v.key
             AND v.value > coalesce(par.checkpoint -> 'versions_seen' -> substr(v.key, 11) ->> v.key, ''))
@@ -61,7 +63,8 @@ SELECT k.thread_id, k.n, k.head_id, h.checkpoint ->> 'ts' AS ts,
        h.metadata ->> 'run_id' AS run_id, h.metadata ->> 'source' AS source,
        (h.metadata ->> 'source' = 'input'
         OR EXISTS (
-            SELECT 1 FROM jsonb_each_text(h.checkpoint -> 'channel_versions') v
+            SELECT 1 FROM jsonb_each_text(CASE WHEN jsonb_typeof(h.checkpoint -> 'channel_versions') = 'object'
+                                          THEN h.checkpoint -> 'channel_versions' END) v
             WHERE v.key LIKE 'branch:to:%%'
               AND (h.checkpoint -> 'channel_values') ? v.key
               AND v.value > coalesce(h.checkpoint -> 'versions_seen' -> substr(v.key, 11) ->> v.key, ''))
@@ -80,14 +83,26 @@ SELECT k.thread_id, k.n, k.head_id, h.checkpoint ->> 'ts' AS ts,
        f.parents AS fork_parents,
        r.pairs AS reinput_pairs,
        CASE WHEN position(%(tool_call)s IN b.blob) > 0 THEN b.type END AS messages_type,
-       CASE WHEN position(%(tool_call)s IN b.blob) > 0 THEN b.blob END AS messages_blob
+       CASE WHEN position(%(tool_call)s IN b.blob) > 0 THEN b.blob END AS messages_blob,
+       CASE WHEN jsonb_typeof(h.checkpoint) <> 'object'
+            THEN 'its checkpoint JSON is a ' || jsonb_typeof(h.checkpoint) || ', not an object'
+            WHEN jsonb_typeof(h.checkpoint -> 'channel_versions') IS DISTINCT FROM 'object'
+            THEN 'its channel_versions are not an object'
+            WHEN jsonb_typeof(h.metadata) IS DISTINCT FROM 'object'
+            THEN 'its metadata JSON is not an object'
+            WHEN b.type NOT IN ('msgpack', 'json', 'null', 'bytes', 'bytearray', 'empty')
+            THEN 'its ' || %(messages)s || ' blob is of an unknown kind, ' || quote_literal(b.type)
+       END AS unreadable
 FROM k
 JOIN checkpoints h ON h.thread_id = k.thread_id AND h.checkpoint_ns = '' AND h.checkpoint_id = k.head_id
 LEFT JOIN checkpoint_blobs b ON b.thread_id = k.thread_id AND b.checkpoint_ns = ''
  AND b.channel = %(messages)s AND b.version = h.checkpoint -> 'channel_versions' ->> %(messages)s
 LEFT JOIN forks f ON f.thread_id = k.thread_id
 LEFT JOIN reinputs r ON r.thread_id = k.thread_id
-WHERE %(since)s::timestamptz IS NULL OR (h.checkpoint ->> 'ts')::timestamptz >= %(since)s::timestamptz
+WHERE %(since)s::timestamptz IS NULL
+   OR CASE WHEN (h.checkpoint ->> 'ts') ~ '^\d{4}-\d\d-\d\dT\d\d:\d\d'
+           THEN (h.checkpoint ->> 'ts')::timestamptz >= %(since)s::timestamptz
+           ELSE true END  -- a head without a readable ts stays in the scan
 ORDER BY k.thread_id
 
 -- name: input_writes
