@@ -50,7 +50,7 @@ from langgraph_deterministic import (
     UnsafeDataError,
     run_config,
 )
-from langgraph_deterministic.checkpointer._serde import guarded_loads
+from langgraph_deterministic._serde import guarded_loads
 from langgraph_deterministic.cli import main
 from langgraph_deterministic.ops.audit import audit
 from langgraph_deterministic.ops.repair import repair

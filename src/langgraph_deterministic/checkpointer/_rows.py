@@ -18,7 +18,7 @@ try:  # a dependency of langsmith (so of every LangGraph install on CPython)
 except ImportError:  # pragma: no cover - PyPy: the stdlib encoder only
     orjson = None  # type: ignore[assignment]
 
-from langgraph_deterministic.checkpointer._serde import guarded_loads
+from langgraph_deterministic._serde import guarded_loads
 from langgraph_deterministic.errors import (
     CorruptCheckpointError,
     DeterministicError,

@@ -58,6 +58,7 @@ from langgraph_deterministic._db.batch import (
     writes_first,
 )
 from langgraph_deterministic._db.drivers import aexecute, execute
+from langgraph_deterministic._serde import AllowedType, SafeSerializer
 from langgraph_deterministic.checkpointer import _core
 from langgraph_deterministic.checkpointer._bridge import (
     AwaitableList,
@@ -90,7 +91,6 @@ from langgraph_deterministic.checkpointer._events import (
 from langgraph_deterministic.checkpointer._leases import LeaseKeeper
 from langgraph_deterministic.checkpointer._lifecycle import Lifecycle
 from langgraph_deterministic.checkpointer._rows import Codec, next_version
-from langgraph_deterministic.checkpointer._serde import AllowedType, SafeSerializer
 from langgraph_deterministic.checkpointer._waiting import (
     ACheckout,
     Checkout,

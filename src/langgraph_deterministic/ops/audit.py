@@ -56,14 +56,14 @@ import psycopg
 from langchain_core.messages import BaseMessage
 
 from langgraph_deterministic._db.translate import sentence
+from langgraph_deterministic._dsn import chained, scrub
 from langgraph_deterministic._messages import (
     as_messages,
     input_readings,
     key,
     unanswered_calls,
 )
-from langgraph_deterministic._dsn import chained, scrub
-from langgraph_deterministic.checkpointer._serde import SafeSerializer, guarded_loads
+from langgraph_deterministic._serde import SafeSerializer, guarded_loads
 from langgraph_deterministic.errors import (
     DatabaseUnavailableError,
     DeterministicError,

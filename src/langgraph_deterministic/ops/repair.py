@@ -57,9 +57,9 @@ from psycopg.types.json import Jsonb
 from langgraph_deterministic._compat.langgraph import START, TASKS, branch_to
 from langgraph_deterministic._db.queries import queries as saver_queries
 from langgraph_deterministic._db.translate import sentence
-from langgraph_deterministic._messages import as_messages, input_readings, key, unanswered_calls
 from langgraph_deterministic._dsn import chained, scrub
-from langgraph_deterministic.checkpointer._serde import SafeSerializer, guarded_loads
+from langgraph_deterministic._messages import as_messages, input_readings, key, unanswered_calls
+from langgraph_deterministic._serde import SafeSerializer, guarded_loads
 from langgraph_deterministic.errors import (
     DatabaseUnavailableError,
     DeterministicError,

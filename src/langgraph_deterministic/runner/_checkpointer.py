@@ -49,7 +49,7 @@ from langgraph.checkpoint.base import (
 )
 from langgraph.checkpoint.memory import InMemorySaver
 
-from langgraph_deterministic.checkpointer._serde import guarded_loads
+from langgraph_deterministic._serde import guarded_loads
 from langgraph_deterministic.checkpointer.contract import (
     ATTEMPT_KEY,
     HEAD_KEY,

@@ -63,7 +63,7 @@ import psycopg.errors
 from langgraph_deterministic._compat.langgraph import var_child_runnable_config
 from langgraph_deterministic._db.batch import Batch, Statement
 from langgraph_deterministic._db.queries import queries
-from langgraph_deterministic.checkpointer._serde import guarded_loads
+from langgraph_deterministic._serde import guarded_loads
 from langgraph_deterministic.checkpointer.contract import GRAPH_RUN_MARKER, RUN_ID_KEY
 from langgraph_deterministic.errors import (
     ConcurrentRunError,
