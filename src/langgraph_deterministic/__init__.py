@@ -4,6 +4,7 @@ from langgraph_deterministic.checkpointer import DeterministicSaver
 from langgraph_deterministic.checkpointer.contract import RunRecord
 from langgraph_deterministic.config import run_config
 from langgraph_deterministic.errors import (
+    CheckpointPrunedError,
     ConcurrentRunError,
     ConfigurationError,
     DatabaseUnavailableError,
@@ -22,6 +23,7 @@ from langgraph_deterministic.errors import (
     RunIdRequiredError,
     RunInputMismatchError,
     RunSupersededError,
+    RunSweptError,
     RunUnfinishedError,
     SaverClosedError,
     SchemaNotReadyError,
@@ -29,6 +31,7 @@ from langgraph_deterministic.errors import (
     ThreadBusyError,
     is_retryable,
 )
+from langgraph_deterministic.retention import RetentionPolicy, Sweeper, SweepReport
 from langgraph_deterministic.runner import (
     DeterministicRunner,
     PostgresJournal,
@@ -38,6 +41,7 @@ from langgraph_deterministic.runner import (
 )
 
 __all__ = [
+    "CheckpointPrunedError",
     "ConcurrentRunError",
     "ConfigurationError",
     "DatabaseUnavailableError",
@@ -56,14 +60,18 @@ __all__ = [
     "PostgresJournal",
     "PruneArgumentError",
     "PruneRefusedError",
+    "RetentionPolicy",
     "RunIdRequiredError",
     "RunInputMismatchError",
     "RunRecord",
     "RunSupersededError",
+    "RunSweptError",
     "RunUnfinishedError",
     "SaverClosedError",
     "SchemaNotReadyError",
     "SerializationError",
+    "SweepReport",
+    "Sweeper",
     "ThreadBusyError",
     "durable",
     "durable_sync",

@@ -70,10 +70,12 @@ from langgraph_deterministic.checkpointer.contract import (
     translate_guard_error,
 )
 from langgraph_deterministic.errors import (
+    CheckpointPrunedError,
     ConfigurationError,
     DeterministicError,
     PruneArgumentError,
     PruneRefusedError,
+    RunSweptError,
 )
 
 # Storage without the retry contract (policy "off"): what the peer does, minus secrets.
@@ -112,6 +114,33 @@ def _refuse_missing_checkpoint(thread_id: str, checkpoint_id: str) -> None:
         "history would fall off the chain. Nothing was run. Address a checkpoint that exists "
         "(see graph.get_state_history), or leave checkpoint_id out to continue from the "
         "thread's latest checkpoint."
+    )
+
+
+def _refuse_swept(thread_id: str, run_id: str, swept_at: Any, strategy: str | None) -> None:
+    when = f"at {swept_at:%Y-%m-%d %H:%M:%S %Z}" if swept_at is not None else "earlier"
+    what = (
+        "its thread's checkpoints, writes and ledger were deleted"
+        if strategy == "delete"
+        else "the checkpoints it wrote were pruned (keep_latest kept only the thread's latest)"
+    )
+    raise RunSweptError(
+        f"Run {run_id!r} on thread {thread_id!r} was swept by a retention sweep {when}: "
+        f"{what}. Retrying it now would apply its input again, so nothing was run or "
+        "written. Stop retrying this run (it had finished or been abandoned before its "
+        "thread expired); new work takes a new run id. saver.get_run() no longer knows it; "
+        "its tombstone (table lgd_swept_runs) is what refused this retry.",
+        thread_id=thread_id, run_id=run_id, swept_at=swept_at,
+    )  # fmt: skip
+
+
+def _refuse_pruned(thread_id: str, checkpoint_id: str, swept_at: Any, kept: str | None) -> None:
+    latest = f" It kept checkpoint {kept}." if kept else " It deleted the whole thread."
+    raise CheckpointPrunedError(
+        f"Checkpoint {checkpoint_id} of thread {thread_id!r} is gone: a retention sweep "
+        f"removed it at {swept_at:%Y-%m-%d %H:%M:%S %Z}.{latest} Nothing was run. Address a "
+        "checkpoint that exists (graph.get_state_history), or leave checkpoint_id out to "
+        "continue from the thread's latest checkpoint."
     )
 
 
@@ -310,7 +339,16 @@ def _start_graph_run(
     )
     admitted = admission is not None and admission.verdict == "admitted"
     mark: str | None = None
+    run_swept_at, run_swept_strategy, thread_swept_at, thread_kept = (
+        row[-4:] if row is not None else (None, None, None, None)
+    )
     try:
+        if (
+            run_swept_at is not None
+            and ledger is None
+            and (head is None or head[5].get(RUN_ID_KEY) != info.run_id)
+        ):
+            _refuse_swept(thread_id, str(info.run_id), run_swept_at, run_swept_strategy)
         decision = contract.decide_start(info, head[5] if head else None, ledger)
         if decision.action == "final" and not addressed:
             (found,) = yield Batch.read(
@@ -321,9 +359,15 @@ def _start_graph_run(
                     "checkpoint_id": decision.checkpoint_id,
                 },
             )
+            if not found:
+                # Its final checkpoint was pruned: loading nothing would apply its input
+                # again to a thread that holds it already.
+                _refuse_swept(thread_id, str(info.run_id), thread_swept_at, "keep_latest")
             head = found[0] if found else None
         if head is None:
             if addressed:
+                if thread_swept_at is not None:
+                    _refuse_pruned(thread_id, addressed, thread_swept_at, thread_kept)
                 _refuse_missing_checkpoint(thread_id, addressed)
             loaded = None
         else:
