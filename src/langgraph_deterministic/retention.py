@@ -131,6 +131,9 @@ class SweepReport:
     #: False when the database has only PostgresSaver's tables (a dry run still works)
     ours: bool = True
 
+    def threads_label(self) -> str:
+        return f"{self.scanned} thread" + ("" if self.scanned == 1 else "s")
+
     def to_json(self) -> dict[str, Any]:
         return {
             "applied": self.applied, "strategy": self.strategy, "scanned": self.scanned,
