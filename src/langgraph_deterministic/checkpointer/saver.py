@@ -656,6 +656,7 @@ class DeterministicSaver(Lifecycle, Connections, BaseCheckpointSaver[str]):
         strategy: str = "delete",
         apply: bool = False,
         progress: Callable[[int, int, str], None] | None = None,
+        now: _dt.datetime | None = None,
     ) -> SweepReport:
         """Find (and with ``apply=True`` remove) the threads past their TTL.
 
@@ -665,11 +666,15 @@ class DeterministicSaver(Lifecycle, Connections, BaseCheckpointSaver[str]):
         settings' defaults. A dry run (the default) writes nothing. Threads with work in
         progress are left as they are and reported (``SweepReport.skipped``); each swept
         thread is one transaction, so a sweep killed midway is finished by the next one.
-        See docs/how-to/retention.md and :mod:`langgraph_deterministic.retention`.
+        ``now``: the time ages are measured from (default: this machine's clock), to see
+        what a sweep at a later time would remove. See docs/how-to/retention.md and
+        :mod:`langgraph_deterministic.retention`.
         """
         from langgraph_deterministic import retention
 
-        steps = retention.plan(_policy(policy, older_than, strategy), apply=apply, progress=progress)
+        steps = retention.plan(
+            _policy(policy, older_than, strategy), apply=apply, progress=progress, now=now
+        )
         return retention.drive(steps, self._run)
 
     async def asweep(
@@ -680,11 +685,14 @@ class DeterministicSaver(Lifecycle, Connections, BaseCheckpointSaver[str]):
         strategy: str = "delete",
         apply: bool = False,
         progress: Callable[[int, int, str], None] | None = None,
+        now: _dt.datetime | None = None,
     ) -> SweepReport:
         """:meth:`sweep`, async."""
         from langgraph_deterministic import retention
 
-        steps = retention.plan(_policy(policy, older_than, strategy), apply=apply, progress=progress)
+        steps = retention.plan(
+            _policy(policy, older_than, strategy), apply=apply, progress=progress, now=now
+        )
         return await retention.adrive(steps, self._arun)
 
     def get_delta_channel_history(

@@ -1,0 +1,478 @@
+"""Retention sweeps (saver.sweep, ``langgraph-deterministic prune``) on a real Postgres.
+
+Threads of every kind are written by real graph runs (and by langgraph's PostgresSaver),
+then "aged" by sweeping at a later ``now``: the ones written before the cutoff are past
+their TTL, the ones written after are young. After the sweep exactly the expired threads
+are gone (delete) or trimmed (keep_latest), every kept one resumes and takes a new turn,
+a retry of a swept run raises RunSweptError with the thread holding its input once, and
+no table holds a row of a thread that is gone or of a checkpoint that is gone.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import operator
+import uuid
+from collections.abc import Iterator
+from typing import Annotated, Any
+
+import psycopg
+import pytest
+from langchain_core.messages import AIMessage, AnyMessage
+from langgraph.graph import START, StateGraph
+from langgraph.graph.message import add_messages
+from langgraph.types import Command, interrupt
+from typing_extensions import TypedDict
+
+from devtools.postgres import create_database, database_name, drop_database
+from langgraph_deterministic import (
+    CheckpointPrunedError,
+    DeterministicRunner,
+    DeterministicSaver,
+    PostgresJournal,
+    RetentionPolicy,
+    RunSweptError,
+    durable_sync,
+    is_retryable,
+    run_config,
+)
+from langgraph_deterministic.cli import main
+from langgraph_deterministic.retention import checkpoint_time
+
+HOUR = dt.timedelta(hours=1)
+TABLES = (
+    "checkpoints", "checkpoint_blobs", "checkpoint_writes", "lgd_chain", "lgd_runs",
+    "lgd_leases", "lgd_queue", "lgd_journal", "lgd_journal_attempts", "lgd_repairs",
+)  # fmt: skip
+
+
+class S(TypedDict, total=False):
+    messages: Annotated[list[AnyMessage], add_messages]
+    tally: Annotated[list[str], operator.add]
+
+
+def _reply(state: S) -> dict[str, Any]:
+    last = state["messages"][-1]
+    return {"messages": [AIMessage(content=f"re: {last.content}")]}
+
+
+def chat() -> StateGraph[Any]:
+    g = StateGraph(S)
+    g.add_node("reply", _reply)
+    g.add_edge(START, "reply")
+    return g
+
+
+def asking() -> StateGraph[Any]:
+    def ask(state: S) -> dict[str, Any]:
+        answer = interrupt("approve?")
+        return {"messages": [AIMessage(content=f"approved: {answer}")]}
+
+    g = StateGraph(S)
+    g.add_node("reply", _reply)
+    g.add_node("ask", ask)
+    g.add_edge(START, "reply")
+    g.add_edge("reply", "ask")
+    return g
+
+
+def nested() -> StateGraph[Any]:
+    sub = StateGraph(S)
+    sub.add_node("inner", lambda s: {"tally": ["inner"]})
+    sub.add_edge(START, "inner")
+    g = StateGraph(S)
+    g.add_node("reply", _reply)
+    g.add_node("sub", sub.compile())
+    g.add_edge(START, "reply")
+    g.add_edge("reply", "sub")
+    return g
+
+
+def journaled() -> StateGraph[Any]:
+    def reply(state: S) -> dict[str, Any]:
+        last = state["messages"][-1].content
+        echoed = durable_sync("echo", _echo, last)
+        return {"messages": [AIMessage(content=f"re: {echoed}")]}
+
+    g = StateGraph(S)
+    g.add_node("reply", reply)
+    g.add_edge(START, "reply")
+    return g
+
+
+def _echo(text: str) -> str:
+    return text
+
+
+try:
+    from langgraph.channels.delta import DeltaChannel
+except ImportError:  # an older LangGraph: no DeltaChannel thread in the scenario
+    DeltaChannel = None
+
+
+def _append(cur: list[str], writes: list[list[str]]) -> list[str]:
+    return [*cur, *(x for w in writes for x in w)]
+
+
+if DeltaChannel is not None:
+
+    class D(TypedDict, total=False):
+        messages: Annotated[list[AnyMessage], add_messages]
+        notes: Annotated[list[str], DeltaChannel(_append)]
+
+
+def delta() -> StateGraph[Any] | None:
+    if DeltaChannel is None:
+        return None
+
+    def note(state: Any) -> dict[str, Any]:
+        return {"messages": [AIMessage(content="noted")], "notes": ["n"]}
+
+    g = StateGraph(D)
+    g.add_node("note", note)
+    g.add_edge(START, "note")
+    return g
+
+
+def turn(saver: DeterministicSaver, builder: StateGraph[Any], thread: str, run: str,
+         text: str) -> Any:  # fmt: skip
+    return builder.compile(checkpointer=saver).invoke(
+        {"messages": [("user", text)]}, run_config(thread, run)
+    )
+
+
+def inputs_of(saver: DeterministicSaver, thread: str, text: str) -> int:
+    tup = saver.get_tuple({"configurable": {"thread_id": thread, "checkpoint_ns": ""}})
+    if tup is None:
+        return 0
+    msgs = tup.checkpoint["channel_values"].get("messages", [])
+    return sum(1 for m in msgs if m.type == "human" and m.content == text)
+
+
+def orphans(dsn: str) -> dict[str, int]:
+    """Rows that belong to nothing: of a checkpoint that is gone, or a thread that is."""
+    checks = {
+        "writes": "SELECT count(*) FROM checkpoint_writes w WHERE NOT EXISTS (SELECT 1 FROM "
+        "checkpoints c WHERE c.thread_id = w.thread_id AND c.checkpoint_ns = w.checkpoint_ns "
+        "AND c.checkpoint_id = w.checkpoint_id)",
+        "blobs": "SELECT count(*) FROM checkpoint_blobs b WHERE NOT EXISTS (SELECT 1 FROM "
+        "checkpoints c WHERE c.thread_id = b.thread_id AND c.checkpoint_ns = b.checkpoint_ns "
+        "AND c.checkpoint -> 'channel_versions' ->> b.channel = b.version)",
+        "chain": "SELECT count(*) FROM lgd_chain ch WHERE ch.checkpoint_id NOT LIKE 'refused:%' "
+        "AND NOT EXISTS (SELECT 1 FROM checkpoints c WHERE c.thread_id = ch.thread_id "
+        "AND c.checkpoint_ns = ch.checkpoint_ns AND c.checkpoint_id = ch.checkpoint_id)",
+        "journal": "SELECT count(*) FROM lgd_journal j WHERE NOT EXISTS (SELECT 1 FROM "
+        "checkpoints c WHERE c.thread_id = j.thread_id AND c.checkpoint_ns = j.checkpoint_ns "
+        "AND c.checkpoint_id = j.checkpoint_id)",
+        "runs": "SELECT count(*) FROM lgd_runs r WHERE NOT EXISTS (SELECT 1 FROM checkpoints c "
+        "WHERE c.thread_id = r.thread_id)",
+        "attempts": "SELECT count(*) FROM lgd_journal_attempts a WHERE NOT EXISTS (SELECT 1 "
+        "FROM lgd_runs r WHERE r.thread_id = a.thread_id AND r.run_id = a.run_id)",
+        "leases": "SELECT count(*) FROM lgd_leases l WHERE NOT EXISTS (SELECT 1 FROM "
+        "checkpoints c WHERE c.thread_id = l.thread_id)",
+        "repairs": "SELECT count(*) FROM lgd_repairs p WHERE NOT EXISTS (SELECT 1 FROM "
+        "checkpoints c WHERE c.thread_id = p.thread_id) OR NOT EXISTS (SELECT 1 FROM "
+        "checkpoints c WHERE c.thread_id = p.backup_thread_id)",
+        "tombstoned_but_live": "SELECT count(*) FROM lgd_swept_runs s JOIN lgd_runs r "
+        "USING (thread_id, run_id)",
+    }
+    with psycopg.connect(dsn) as conn:
+        return {k: n for k, q in checks.items() if (n := conn.execute(q).fetchone()[0])}  # type: ignore[index]
+
+
+def rows_of(dsn: str, thread: str) -> int:
+    with psycopg.connect(dsn) as conn:
+        return sum(
+            conn.execute(f"SELECT count(*) FROM {t} WHERE thread_id = %s", (thread,)).fetchone()[0]  # type: ignore[index]
+            for t in TABLES
+        )
+
+
+@pytest.fixture(scope="module")
+def db(pg_server_dsn: str) -> Iterator[str]:
+    fresh = create_database(pg_server_dsn, prefix="lgd_retention")
+    with DeterministicSaver(fresh) as saver:
+        saver.setup()
+    try:
+        yield fresh
+    finally:
+        drop_database(pg_server_dsn, database_name(fresh))
+
+
+@pytest.fixture
+def fresh_db(pg_server_dsn: str) -> Iterator[str]:
+    """A database of its own, for a test that counts every thread in it."""
+    fresh = create_database(pg_server_dsn, prefix="lgd_retention_all")
+    with DeterministicSaver(fresh) as saver:
+        saver.setup()
+    try:
+        yield fresh
+    finally:
+        drop_database(pg_server_dsn, database_name(fresh))
+
+
+def _new() -> str:
+    return str(uuid.uuid4())
+
+
+def populate(dsn: str) -> dict[str, str]:
+    """One thread of each kind; returns kind -> thread id."""
+    t: dict[str, str] = {}
+    with DeterministicSaver(dsn) as saver:
+        t["finished"] = _new()
+        turn(saver, chat(), t["finished"], "fin-1", "hello")
+        turn(saver, chat(), t["finished"], "fin-2", "again")
+        t["interrupted"] = _new()
+        turn(saver, asking(), t["interrupted"], "ask-1", "please")
+        t["leased"] = _new()
+        turn(saver, chat(), t["leased"], "lease-1", "busy")
+        t["queued"] = _new()
+        turn(saver, chat(), t["queued"], "queue-1", "waiting")
+        t["repaired"] = _new()
+        turn(saver, chat(), t["repaired"], "rep-1", "fixed")
+        backup = f"lgd-backup:r-{t['repaired'][:8]}:{t['repaired']}"
+        saver.copy_thread(t["repaired"], backup)
+        t["subgraph"] = _new()
+        turn(saver, nested(), t["subgraph"], "sub-1", "nest")
+        turn(saver, nested(), t["subgraph"], "sub-2", "nest again")
+        graph = journaled().compile(checkpointer=saver)
+        t["journal"] = _new()
+        DeterministicRunner(journal=PostgresJournal(saver)).invoke(
+            graph, {"messages": [("user", "journal")]}, run_config(t["journal"], "jr-1")
+        )
+        if (d := delta()) is not None:
+            t["delta"] = _new()
+            turn(saver, d, t["delta"], "delta-1", "d1")
+            turn(saver, d, t["delta"], "delta-2", "d2")
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        # a run in flight holds the thread's lease; a run waits in its queue
+        conn.execute(
+            "UPDATE lgd_leases SET ended = NULL, expires_at = now() + interval '1 hour' "
+            "WHERE thread_id = %s", (t["leased"],),
+        )  # fmt: skip
+        conn.execute(
+            "INSERT INTO lgd_queue (thread_id, run_id, expires_at) "
+            "VALUES (%s, 'queued-run', now() + interval '1 hour')", (t["queued"],),
+        )  # fmt: skip
+        conn.execute(
+            "INSERT INTO lgd_repairs (repair_id, thread_id, faults, actions, old_head, "
+            "backup_thread_id) SELECT %s, %s, '{dangling_tool_call}', '[]', "
+            "max(checkpoint_id), %s FROM checkpoints WHERE thread_id = %s",
+            (f"r-{t['repaired'][:8]}", t["repaired"], backup, t["repaired"]),
+        )
+    from langgraph.checkpoint.postgres import PostgresSaver
+
+    with PostgresSaver.from_conn_string(dsn) as peer:
+        t["peer"] = _new()
+        chat().compile(checkpointer=peer).invoke(
+            {"messages": [("user", "from the peer")]},
+            {"configurable": {"thread_id": t["peer"]}},
+        )
+    return t
+
+
+def test_checkpoint_time_reads_langgraphs_uuid6() -> None:
+    from langgraph.checkpoint.base.id import uuid6
+
+    before = dt.datetime.now(dt.UTC)
+    found = checkpoint_time(str(uuid6(clock_seq=3)))
+    assert found is not None and abs(found - before) < dt.timedelta(seconds=1)
+    assert checkpoint_time(str(uuid.uuid4())) is None
+    assert checkpoint_time("not-a-uuid") is None
+
+
+@pytest.mark.parametrize("strategy", ["delete", "keep_latest"])
+def test_sweep_removes_exactly_the_expired_threads(fresh_db: str, strategy: str) -> None:
+    db = fresh_db
+    old = populate(db)
+    cutoff = dt.datetime.now(dt.UTC)
+    young = {"young": _new()}
+    with DeterministicSaver(db) as saver:
+        turn(saver, chat(), young["young"], "young-1", "fresh")
+        later = cutoff + 30 * 24 * HOUR  # a month on: the old ones are 30 days old
+        # the sweep's cutoff is `cutoff`: every old thread is past it, the young one is not
+        policy = RetentionPolicy(default_ttl=30 * 24 * HOUR, strategy=strategy)  # type: ignore[arg-type]
+        dry = saver.sweep(policy, now=later)
+        assert not dry.applied and dry.rows_freed == 0
+        assert orphans(db) == {}
+        expected_skips = {"leased": [old["leased"]], "queued": [old["queued"]],
+                          "interrupted": [old["interrupted"]]}  # fmt: skip
+        assert dry.skipped == expected_skips
+        sweepable = {k for k in old if k not in ("leased", "queued", "interrupted")}
+        assert set(dry.swept) == {old[k] for k in sweepable}, (set(dry.swept) - {old[k] for k in sweepable}, old)
+        assert young["young"] not in dry.expired
+        footprint = {k: rows_of(db, v) for k, v in old.items()}
+
+        report = saver.sweep(policy, now=later, apply=True)
+        skipped = dict(expected_skips)
+        if strategy == "keep_latest" and "delta" in old:
+            skipped["delta"] = [old["delta"]]
+        assert report.skipped == skipped
+        swept = {k for k in sweepable if not (strategy == "keep_latest" and k == "delta")}
+        assert set(report.swept) == {old[k] for k in swept}
+        assert report.rows_freed > 0 and report.bytes_freed > 0
+        assert orphans(db) == {}
+        backup = f"lgd-backup:r-{old['repaired'][:8]}:{old['repaired']}"
+        assert rows_of(db, backup) == 0  # the repair backup went with its thread
+
+        for kind in swept:
+            left = rows_of(db, old[kind])
+            if strategy == "delete":
+                assert left == 0, kind
+            else:
+                assert 0 < left < footprint[kind] or kind in ("peer",), kind
+        for kind in set(old) - swept:
+            assert rows_of(db, old[kind]) == footprint[kind], kind  # untouched
+
+        # a retry of a swept run is refused, never applied again
+        with pytest.raises(RunSweptError, match=r"fin-1.*swept by a retention sweep") as info:
+            turn(saver, chat(), old["finished"], "fin-1", "hello")
+        assert not is_retryable(info.value) and info.value.run_id == "fin-1"
+        assert inputs_of(saver, old["finished"], "hello") == (
+            0 if strategy == "delete" else 1
+        )
+        if strategy == "delete":
+            with pytest.raises(RunSweptError, match="fin-2"):
+                turn(saver, chat(), old["finished"], "fin-2", "again")
+        assert orphans(db) == {}
+
+        # every kept thread, and every trimmed one, resumes and takes a new turn
+        with psycopg.connect(db, autocommit=True) as conn:
+            conn.execute("UPDATE lgd_leases SET ended = 'ok', expires_at = now() WHERE thread_id = %s",
+                         (old["leased"],))  # fmt: skip
+        answered = asking().compile(checkpointer=saver).invoke(
+            Command(resume="yes"), run_config(old["interrupted"], "ask-2")
+        )
+        assert answered["messages"][-1].content == "approved: yes"
+        kept = ["leased", "queued", "young"] + (
+            [k for k in swept] if strategy == "keep_latest" else []
+        )
+        ids = {**old, **young}
+        for kind in kept:
+            if kind == "peer":
+                continue
+            builder = {"subgraph": nested(), "delta": delta()}.get(kind) or chat()
+            out = turn(saver, builder, ids[kind], f"{kind}-next", "next turn")
+            assert out["messages"][-1].content.startswith("re: next turn") or kind == "delta"
+        assert orphans(db) == {}
+
+
+def test_keep_latest_time_travel_to_a_pruned_checkpoint_names_the_sweep(db: str) -> None:
+    thread = _new()
+    with DeterministicSaver(db) as saver:
+        turn(saver, chat(), thread, "tt-1", "one")
+        first = saver.get_tuple({"configurable": {"thread_id": thread}})
+        assert first is not None
+        turn(saver, chat(), thread, "tt-2", "two")
+        later = dt.datetime.now(dt.UTC) + 2 * HOUR
+        report = saver.sweep(older_than=HOUR, strategy="keep_latest", apply=True, now=later)
+        assert thread in report.swept
+        graph = chat().compile(checkpointer=saver)
+        config = run_config(thread, "tt-3", checkpoint_id=first.config["configurable"]["checkpoint_id"])
+        with pytest.raises(CheckpointPrunedError, match="retention sweep removed it"):
+            graph.invoke({"messages": [("user", "three")]}, config)
+        # the retry of the run whose head was kept still works as a retry
+        again = turn(saver, chat(), thread, "tt-2", "two")
+        assert inputs_of(saver, thread, "two") == 1
+        assert again["messages"][-1].content == "re: two"
+
+
+def test_a_retry_after_the_tombstone_expired_is_new_input(db: str) -> None:
+    """What tombstone_ttl protects: once a swept run's tombstone is gone too, the run is
+    unknown and its retry is applied as new input to the emptied thread."""
+    thread = _new()
+    with DeterministicSaver(db) as saver:
+        turn(saver, chat(), thread, "gone-1", "once")
+        later = dt.datetime.now(dt.UTC) + 2 * HOUR
+        saver.sweep(older_than=HOUR, apply=True, now=later)
+        with pytest.raises(RunSweptError):
+            turn(saver, chat(), thread, "gone-1", "once")
+        report = saver.sweep(
+            RetentionPolicy(default_ttl=HOUR, tombstone_ttl=dt.timedelta(microseconds=1)),
+            apply=True,
+        )
+        assert report.tombstones_expired >= 1
+        out = turn(saver, chat(), thread, "gone-1", "once")  # applied again
+        assert [m.content for m in out["messages"]] == ["once", "re: once"]
+
+
+def test_per_thread_ttl_override(db: str) -> None:
+    short, never, plain = _new(), _new(), _new()
+    with DeterministicSaver(db) as saver:
+        g = chat().compile(checkpointer=saver)
+        for thread, ttl in ((short, 5), (never, "never"), (plain, None)):
+            config = run_config(thread, f"{thread}-1")
+            if ttl is not None:
+                config["metadata"]["lgd_ttl_minutes"] = ttl
+            g.invoke({"messages": [("user", "x")]}, config)
+        later = dt.datetime.now(dt.UTC) + dt.timedelta(minutes=10)
+        found = saver.sweep(older_than="2w", now=later)
+        assert short in found.swept and never not in found.expired and plain not in found.expired
+        found = saver.sweep(RetentionPolicy(default_ttl=None), now=later + 30 * 24 * HOUR)
+        assert short in found.swept and never not in found.expired and plain not in found.expired
+
+
+def test_a_sweep_racing_a_new_run_loses_cleanly(db: str) -> None:
+    """The sweep's claim holds the thread's lease row: a run starting meanwhile waits for
+    the sweep's transaction, then starts on the thread as the sweep left it; a run that
+    wrote since the scan makes the sweep leave the thread."""
+    import threading
+
+    thread = _new()
+    with DeterministicSaver(db) as saver:
+        turn(saver, chat(), thread, "race-1", "first")
+        with psycopg.connect(db) as conn:
+            latest = conn.execute(
+                "SELECT max(checkpoint_id) FROM checkpoints WHERE thread_id = %s", (thread,)
+            ).fetchone()[0]  # type: ignore[index]
+            before = dt.datetime.now(dt.UTC) + HOUR
+            verdict = conn.execute(
+                "SELECT verdict FROM lgd_sweep_claim_v1(%s, %s, %s, 'delete', false, 'tok', "
+                "'200ms')", (thread, latest, before),
+            ).fetchone()[0]  # type: ignore[index]  # fmt: skip
+            assert verdict == "go"
+            done: list[Any] = []
+            runner = threading.Thread(
+                target=lambda: done.append(turn(saver, chat(), thread, "race-2", "second"))
+            )
+            runner.start()
+            runner.join(0.5)
+            assert runner.is_alive()  # the run waits for the sweep's transaction
+            conn.execute("SELECT lgd_sweep_delete_v1(%s, 'tok')", (thread,))
+            conn.commit()
+        runner.join(30)
+        assert [m.content for m in done[0]["messages"]] == ["second", "re: second"]
+        assert orphans(db) == {}
+        # the run wrote after this scan: the stale claim leaves the thread
+        with psycopg.connect(db) as conn:
+            verdict = conn.execute(
+                "SELECT verdict FROM lgd_sweep_claim_v1(%s, %s, %s, 'delete', false, 'tok2', "
+                "'200ms')", (thread, latest, before),
+            ).fetchone()[0]  # type: ignore[index]  # fmt: skip
+            conn.commit()
+        assert verdict == "written"
+        assert inputs_of(saver, thread, "second") == 1
+
+
+def test_dry_run_on_a_database_only_postgres_saver_wrote(pg_server_dsn: str) -> None:
+    from langgraph.checkpoint.postgres import PostgresSaver
+
+    peer_db = create_database(pg_server_dsn, prefix="lgd_retention_peer")
+    try:
+        thread = _new()
+        with PostgresSaver.from_conn_string(peer_db) as peer:
+            peer.setup()
+            chat().compile(checkpointer=peer).invoke(
+                {"messages": [("user", "hi")]}, {"configurable": {"thread_id": thread}}
+            )
+        later = dt.datetime.now(dt.UTC) + 2 * HOUR
+        with DeterministicSaver(peer_db, run_id_policy="off") as saver:
+            report = saver.sweep(older_than=HOUR, now=later)
+            assert report.swept == [thread] and not report.ours
+        assert main(["prune", "--dsn", peer_db, "--older-than", "1h", "--dry-run"]) == 0
+        # --apply needs the migrations (the tombstones): refused, nothing deleted
+        assert main(["prune", "--dsn", peer_db, "--older-than", "1s", "--apply"]) == 1
+        with psycopg.connect(peer_db) as conn:
+            assert conn.execute("SELECT count(*) FROM checkpoints").fetchone()[0] > 0  # type: ignore[index]
+    finally:
+        drop_database(pg_server_dsn, database_name(peer_db))
