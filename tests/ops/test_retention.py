@@ -476,3 +476,103 @@ def test_dry_run_on_a_database_only_postgres_saver_wrote(pg_server_dsn: str) -> 
             assert conn.execute("SELECT count(*) FROM checkpoints").fetchone()[0] > 0  # type: ignore[index]
     finally:
         drop_database(pg_server_dsn, database_name(peer_db))
+
+
+def _threads(dsn: str, n: int, builder: Any = None) -> list[str]:
+    ids = [_new() for _ in range(n)]
+    with DeterministicSaver(dsn) as saver:
+        for i, thread in enumerate(ids):
+            turn(saver, builder or chat(), thread, f"cli-{i}", f"text {i}")
+    return ids
+
+
+def test_prune_cli_every_option(fresh_db: str, capsys: pytest.CaptureFixture[str]) -> None:
+    import json
+    import time
+
+    db = fresh_db
+    plain = _threads(db, 3)
+    (asked,) = _threads(db, 1, asking())
+    time.sleep(1.2)  # all four are now older than 1s
+    base = ["prune", "--dsn", db, "--older-than", "1s"]
+
+    assert main([*base, "--dry-run", "--json", "--batch-size", "2"]) == 0
+    dry = json.loads(capsys.readouterr().out)
+    assert sorted(dry["swept"]) == sorted(plain) and dry["skipped"] == {"interrupted": [asked]}
+    assert dry["applied"] is False and dry["scanned"] == 4
+
+    assert main([*base, "--expire-interrupted", "--strategy", "keep_latest"]) == 0
+    out = capsys.readouterr().out
+    assert "would sweep 4 (keep_latest)" in out and "dry run: nothing deleted" in out
+
+    assert main([*base, "--apply", "--limit", "1", "--throttle", "0.01", "--lock-timeout",
+                 "0.5", "--tombstone-ttl", "30d"]) == 0  # fmt: skip
+    out = capsys.readouterr().out
+    assert "swept 1 (delete)" in out and "freed" in out
+    assert sum(rows_of(db, t) == 0 for t in plain) == 1
+
+    assert main([*base, "--apply", "--every", "1s", "--sweeps", "2", "--json"]) == 0
+    first, second = (json.loads(chunk) for chunk in _json_chunks(capsys.readouterr().out))
+    assert len(first["swept"]) == 2 and second["swept"] == []
+    assert second["skipped"] == {"interrupted": [asked]}
+    assert all(rows_of(db, t) == 0 for t in plain) and rows_of(db, asked) > 0
+
+    assert main([*base, "--apply", "--expire-interrupted"]) == 0
+    assert rows_of(db, asked) == 0 and orphans(db) == {}
+    capsys.readouterr()
+    assert main(["prune", "--dsn", db, "--older-than", "soon"]) == 2  # a usage error
+    assert "is not a duration" in capsys.readouterr().err
+    assert main(["prune", "--dsn", db, "--dry-run", "--apply"]) == 2
+    assert main(["prune", "--dsn", db]) == 0  # no TTL: only per-thread overrides expire
+    assert "only threads with their own" in capsys.readouterr().err
+
+
+def _json_chunks(text: str) -> list[str]:
+    """The JSON documents printed one after another (indent=2: each ends with '}' alone)."""
+    chunks, cur = [], []
+    for line in text.splitlines():
+        cur.append(line)
+        if line == "}":
+            chunks.append("\n".join(cur))
+            cur = []
+    return chunks
+
+
+def test_a_sweep_killed_midway_is_finished_by_the_next(fresh_db: str) -> None:
+    """SIGKILL a `prune --apply` after it swept some threads: each thread is whole or
+    gone, and a second sweep removes the rest."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    db = fresh_db
+    threads = _threads(db, 12, nested())
+    whole = {t: rows_of(db, t) for t in threads}
+    time.sleep(1.2)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "langgraph_deterministic", "prune", "--dsn", db,
+         "--older-than", "1s", "--apply", "--throttle", "0.15"],
+        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            with psycopg.connect(db) as conn:
+                n = conn.execute("SELECT count(*) FROM lgd_swept_threads").fetchone()[0]  # type: ignore[index]
+            if n >= 3:
+                break
+            assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
+            time.sleep(0.02)
+        proc.send_signal(signal.SIGKILL)
+    finally:
+        proc.wait(30)
+    left = {t: rows_of(db, t) for t in threads}
+    assert all(left[t] in (0, whole[t]) for t in threads), (left, whole)
+    gone = sum(left[t] == 0 for t in threads)
+    assert 3 <= gone < len(threads)
+    assert orphans(db) == {}
+    assert main(["prune", "--dsn", db, "--older-than", "1s", "--apply"]) == 0
+    assert all(rows_of(db, t) == 0 for t in threads) and orphans(db) == {}
