@@ -155,6 +155,10 @@ class _Candidate:
     queued: bool
 
 
+def _now() -> _dt.datetime:
+    return _dt.datetime.now(_dt.UTC)
+
+
 def checkpoint_time(checkpoint_id: str) -> _dt.datetime | None:
     """The time embedded in a uuid6 checkpoint id (None for any other id)."""
     try:
@@ -267,7 +271,7 @@ def plan(
             "a dry run needs no migration."
         )
     scan = _SCAN.replace("{ours}", _SCAN_OURS if ours else _SCAN_PEER)
-    clock = now or _dt.datetime.now(_dt.UTC)
+    clock = now or _now()
     after = ""
     keep_sql = _keep_latest_sql() if apply and policy.strategy == "keep_latest" else ""
     while policy.limit is None or len(report.swept) < policy.limit:

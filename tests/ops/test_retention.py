@@ -576,3 +576,52 @@ def test_a_sweep_killed_midway_is_finished_by_the_next(fresh_db: str) -> None:
     assert orphans(db) == {}
     assert main(["prune", "--dsn", db, "--older-than", "1s", "--apply"]) == 0
     assert all(rows_of(db, t) == 0 for t in threads) and orphans(db) == {}
+
+
+def test_docs_page_snippets_and_commands(
+    fresh_db: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """docs/how-to/retention.md: every python block as written, in order, on one database
+    (the names it assumes from tests/test_docs_snippets.givens), a month later by the
+    sweep's clock; every command line through main([...])."""
+    import re
+    import shlex
+
+    from langgraph_deterministic import retention
+    from tests.test_docs_snippets import DOCS, blocks, givens, run_snippet
+
+    db = fresh_db
+    monkeypatch.setenv("DATABASE_URL", db)
+    page = DOCS / "how-to" / "retention.md"
+    stack: list[Any] = []
+    namespace = givens(db, stack)
+    try:
+        python = [code for reason, code in blocks(page) if reason is None]
+        assert len(python) == 4 and not [r for r, _ in blocks(page) if r is not None]
+        run_snippet(python[0], "retention.md[0]", namespace)  # the run with its own TTL
+        thread_id = namespace["thread_id"]
+        assert rows_of(db, thread_id) > 0
+        later = dt.datetime.now(dt.UTC) + dt.timedelta(days=31)
+        monkeypatch.setattr(retention, "_now", lambda: later)
+        capsys.readouterr()
+        for index, code in enumerate(python[1:], 1):
+            run_snippet(code.replace('"postgresql://..."', repr(db)), f"retention.md[{index}]",
+                        namespace)  # fmt: skip
+        out = capsys.readouterr().out
+        assert "1 threads would be swept" in out and "swept 1 threads" in out
+        assert f"Run 'docs-run-1' on thread {thread_id!r} was swept" in out
+        assert rows_of(db, thread_id) == 0
+
+        text = page.read_text("utf-8")
+        commands = re.findall(r"```bash\n(.*?)```", text, re.S)
+        lines = [ln for block in commands for ln in block.splitlines() if ln.strip()]
+        assert len(lines) == 3
+        for line in lines:
+            argv = shlex.split(line)
+            assert argv[0] == "langgraph-deterministic"
+            if "--every" in argv:
+                argv.append("--sweeps=1")  # the page's loop, stopped after one sweep
+            assert main([*argv[1:], "--dsn", db]) == 0
+    finally:
+        for obj in reversed(stack):
+            obj.close()
