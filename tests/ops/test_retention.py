@@ -587,8 +587,9 @@ def test_docs_page_snippets_and_commands(
     import re
     import shlex
 
-    from langgraph_deterministic import retention
     from tests.test_docs_snippets import DOCS, blocks, givens, run_snippet
+
+    from langgraph_deterministic import retention
 
     db = fresh_db
     monkeypatch.setenv("DATABASE_URL", db)
