@@ -23,9 +23,12 @@ import sys
 import time
 import uuid
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import psycopg
+from langchain_core.messages import AIMessage, AnyMessage
+from langgraph.graph.message import add_messages
+from typing_extensions import TypedDict
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
@@ -35,25 +38,22 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 TABLES = ("checkpoints", "checkpoint_blobs", "checkpoint_writes")
 
 
+class S(TypedDict):
+    messages: Annotated[list[AnyMessage], add_messages]
+
+
+def _reply(state: S) -> dict[str, Any]:
+    return {"messages": [AIMessage(content="ok")]}
+
+
 def worker(dsn: str, seconds: float) -> None:
     """Graph turns on fresh threads for ``seconds``: prints their latencies (ms)."""
-    from typing import Annotated
-
-    from langchain_core.messages import AIMessage, AnyMessage
     from langgraph.graph import START, StateGraph
-    from langgraph.graph.message import add_messages
-    from typing_extensions import TypedDict
 
     from langgraph_deterministic import DeterministicSaver, run_config
 
-    class S(TypedDict):
-        messages: Annotated[list[AnyMessage], add_messages]
-
-    def reply(state: S) -> dict[str, Any]:
-        return {"messages": [AIMessage(content="ok")]}
-
     g = StateGraph(S)
-    g.add_node("reply", reply)
+    g.add_node("reply", _reply)
     g.add_edge(START, "reply")
     out: list[float] = []
     with DeterministicSaver(dsn) as saver:
@@ -100,6 +100,15 @@ def _wal_since(conn: psycopg.Connection[Any], lsn: Any) -> int:
     return int(conn.execute("SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), %s)", (lsn,)).fetchone()[0])  # type: ignore[index]
 
 
+def _copy(admin: str, template: str, name: str) -> str:
+    from devtools.postgres import database_name
+
+    with psycopg.connect(admin, autocommit=True) as conn:
+        conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+        conn.execute(f"CREATE DATABASE {name} TEMPLATE {database_name(template)}")
+    return psycopg.conninfo.make_conninfo(admin, dbname=name)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--checkpoints", type=int, default=500_000)
@@ -114,14 +123,16 @@ def main(argv: list[str] | None = None) -> int:
     from langgraph_deterministic import DeterministicSaver, RetentionPolicy
     from scale_db import ScaleSpec, ensure, ensure_database
 
-    admin, server = ensure_database_url()
+    admin, server = ensure_database_url(ROOT / ".cache" / "bench-retention-pg")
     try:
-        dsn = ensure_database(admin, f"lgd_scale_{args.checkpoints}")
+        # built once and kept; each run sweeps a copy of it (CREATE DATABASE ... TEMPLATE)
+        template = ensure_database(admin, f"lgd_scale_{args.checkpoints}")
         t0 = time.monotonic()
-        info = ensure(dsn, ScaleSpec(checkpoints=args.checkpoints))
-        print(f"scale database: {info.counts} ({time.monotonic() - t0:.0f} s)", flush=True)
-        with DeterministicSaver(dsn) as saver:
+        info = ensure(template, ScaleSpec(checkpoints=args.checkpoints))
+        with DeterministicSaver(template) as saver:
             saver.setup()
+        print(f"scale database: {info.counts} ({time.monotonic() - t0:.0f} s)", flush=True)
+        dsn = _copy(admin, template, "lgd_retention_run")
         result: dict[str, Any] = {"counts": info.counts}
         with psycopg.connect(dsn, autocommit=True) as conn:
             conn.execute("VACUUM ANALYZE")

@@ -169,7 +169,10 @@ def checkpoint_time(checkpoint_id: str) -> _dt.datetime | None:
         return None
     h = u.hex
     ticks = int(h[0:8] + h[8:12] + h[13:16], 16)
-    return _dt.datetime.fromtimestamp((ticks - _UUID6_EPOCH) / 1e7, _dt.UTC)
+    try:
+        return _dt.datetime.fromtimestamp((ticks - _UUID6_EPOCH) / 1e7, _dt.UTC)
+    except (ValueError, OverflowError, OSError):  # not a time datetime can hold
+        return None
 
 
 def _ttl_of(value: Any, default: _dt.timedelta | None) -> _dt.timedelta | None:
@@ -326,8 +329,8 @@ def _candidates(rows: Sequence[Sequence[Any]], policy: RetentionPolicy) -> list[
         if backup:
             continue  # a repair backup: it goes with the thread it backs up
         times = [t for t in (checkpoint_time(latest), ledger) if t is not None]
-        if not times and ts:
-            times.append(_dt.datetime.fromisoformat(ts))
+        if not times and (stamp := _iso(ts)) is not None:
+            times.append(stamp)
         if not times:
             continue  # no time to judge by: never expires
         found.append(
@@ -342,6 +345,17 @@ def _candidates(rows: Sequence[Sequence[Any]], policy: RetentionPolicy) -> list[
             )
         )
     return found
+
+
+def _iso(text: str | None) -> _dt.datetime | None:
+    """checkpoint["ts"] as LangGraph writes it (ISO 8601, UTC); None if it is not one."""
+    if not text:
+        return None
+    try:
+        stamp = _dt.datetime.fromisoformat(text)
+    except ValueError:
+        return None
+    return stamp if stamp.tzinfo else stamp.replace(tzinfo=_dt.UTC)
 
 
 def _read(sql: str, params: Mapping[str, Any]) -> Operation[list[tuple[Any, ...]]]:

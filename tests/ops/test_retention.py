@@ -626,3 +626,106 @@ def test_docs_page_snippets_and_commands(
     finally:
         for obj in reversed(stack):
             obj.close()
+
+
+def test_asweep_and_the_background_sweeper(db: str) -> None:
+    import asyncio
+
+    from langgraph_deterministic import Sweeper, SweepReport
+
+    threads = _threads(db, 3)
+    later = dt.datetime.now(dt.UTC) + 2 * HOUR
+
+    async def swept_async() -> SweepReport:
+        async with DeterministicSaver(db) as saver:
+            dry = await saver.asweep(older_than="1h", now=later)
+            assert set(threads) <= set(dry.swept) and not dry.applied
+            return await saver.asweep(RetentionPolicy(default_ttl=HOUR),
+                                      apply=True, now=later)  # fmt: skip
+
+    report = asyncio.run(swept_async())
+    assert set(threads) <= set(report.swept) and all(rows_of(db, t) == 0 for t in threads)
+
+    # the thread sweeper: sweeps at once, then every interval, until stopped
+    seen: list[SweepReport] = []
+    more = _threads(db, 2)
+    with DeterministicSaver(db) as saver:
+        sweeper = Sweeper(saver, RetentionPolicy(default_ttl=dt.timedelta(seconds=1)),
+                          interval=dt.timedelta(seconds=0.2), on_sweep=seen.append)  # fmt: skip
+        import time
+
+        time.sleep(1.1)
+        sweeper.start()
+        deadline = time.monotonic() + 20
+        while not any(set(more) <= set(r.swept) for r in seen) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        sweeper.stop()
+        assert any(set(more) <= set(r.swept) for r in seen) and len(sweeper.reports) >= 1
+
+    # the asyncio sweeper: a task, cancelled at shutdown; a failing sweep is reported
+    errors: list[BaseException] = []
+
+    async def serve() -> None:
+        async with DeterministicSaver(db) as saver:
+            policy = RetentionPolicy(default_ttl=HOUR, strategy="keep_latest")
+            sweeper = Sweeper(saver, policy, interval=dt.timedelta(seconds=0.1),
+                              on_error=errors.append)  # fmt: skip
+            task = asyncio.create_task(sweeper.aserve())
+            await asyncio.sleep(0.5)
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+            assert sweeper.reports and not errors
+
+    asyncio.run(serve())
+
+
+def test_a_thread_whose_lease_row_is_locked_is_skipped_busy(db: str) -> None:
+    (thread,) = _threads(db, 1)
+    later = dt.datetime.now(dt.UTC) + 2 * HOUR
+    with psycopg.connect(db) as holder:
+        holder.execute("SELECT 1 FROM lgd_leases WHERE thread_id = %s FOR UPDATE", (thread,))
+        with DeterministicSaver(db) as saver:
+            report = saver.sweep(
+                RetentionPolicy(default_ttl=HOUR, lock_timeout=0.05), apply=True, now=later
+            )
+        assert report.skipped.get("busy") == [thread] and rows_of(db, thread) > 0
+        holder.rollback()
+    with DeterministicSaver(db) as saver:
+        assert thread in saver.sweep(older_than=HOUR, apply=True, now=later).swept
+    assert rows_of(db, thread) == 0 and orphans(db) == {}
+
+
+def test_policy_and_argument_errors_name_the_fix() -> None:
+    from langgraph_deterministic import ConfigurationError
+    from langgraph_deterministic.retention import parse_duration
+
+    with pytest.raises(ConfigurationError, match="'delete' or 'keep_latest'"):
+        RetentionPolicy(default_ttl=HOUR, strategy="trim")  # type: ignore[arg-type]
+    with pytest.raises(ConfigurationError, match="positive"):
+        RetentionPolicy(default_ttl=-HOUR)
+    with pytest.raises(ConfigurationError, match=r"e\.g\. 30d"):
+        parse_duration("a month")
+    assert parse_duration("2w") == dt.timedelta(days=14)
+
+
+def test_last_write_falls_back_to_the_checkpoints_ts() -> None:
+    """A checkpoint id that is not a uuid6 (a hand-made one): its checkpoint["ts"] counts;
+    with neither, the thread never expires; the ledger's updated_at counts when newer."""
+    from langgraph_deterministic.retention import _candidates
+
+    policy = RetentionPolicy(default_ttl=HOUR)
+    old = "2020-01-01T00:00:00+00:00"
+    ledger = dt.datetime(2025, 1, 1, tzinfo=dt.UTC)
+    rows = [
+        ("a", "custom-1", old, None, False, None, False, False, False),
+        ("b", "custom-2", "not a time", None, False, None, False, False, False),
+        ("c", "custom-3", old, None, False, ledger, False, False, False),
+        ("d", "custom-4", old, None, False, None, False, False, True),  # a repair backup
+        ("e", "custom-5", "2020-01-01T00:00:00", 90, False, None, False, False, False),
+    ]
+    found = {c.thread_id: c for c in _candidates(rows, policy)}
+    assert set(found) == {"a", "c", "e"}
+    assert found["a"].last_write == dt.datetime(2020, 1, 1, tzinfo=dt.UTC)
+    assert found["c"].last_write == ledger
+    assert found["e"].ttl == dt.timedelta(minutes=90)
