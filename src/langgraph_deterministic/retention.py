@@ -55,7 +55,7 @@ SKIP_REASONS: Mapping[str, str] = {
     "queued": "a run waits for the thread (enqueue)",
     "written": "written since the scan (a run won the race)",
     "interrupted": "an interrupt awaits its resume (expire_interrupted is off)",
-    "delta": "keep_latest cannot trim a DeltaChannel thread: kept whole (use delete)",
+    "delta": "a LangGraph.js DeltaChannel thread: keep_latest keeps it whole (use delete)",
     "busy": "a lock not granted within lock_timeout: the next sweep tries again",
 }
 #: Longer than any orchestrator's retry window we know of (Temporal's namespace
@@ -234,17 +234,65 @@ SELECT count(*) FROM gone
 """
 
 
+_GATE = """WITH RECURSIVE refusal AS (
+    SELECT current_setting('lgd.sweep', true) IS DISTINCT FROM %(token)s AS refused
+), heads AS ("""
+# A DeltaChannel's value at a head is its nearest ancestor's snapshot plus the writes of
+# every checkpoint between (LangGraph's get_delta_channel_history): the walk keeps that
+# window, as the saver's delta_history query reads it (a channel stops at a checkpoint
+# holding a value for it, inline or in a blob that is not "empty"). The oldest
+# checkpoint kept becomes the namespace's root, and the walk stops there.
+_DELTA_WINDOW = """), walk AS (
+    SELECT h.checkpoint_ns, p.checkpoint_id, p.parent_checkpoint_id, p.checkpoint,
+           ARRAY(SELECT jsonb_object_keys(hc.metadata -> 'counters_since_delta_snapshot'))
+               AS walking
+    FROM heads h
+    JOIN checkpoints hc
+      ON hc.thread_id = %(thread_id)s AND hc.checkpoint_ns = h.checkpoint_ns
+     AND hc.checkpoint_id = h.checkpoint_id
+    JOIN checkpoints p
+      ON p.thread_id = %(thread_id)s AND p.checkpoint_ns = h.checkpoint_ns
+     AND p.checkpoint_id = h.parent_checkpoint_id
+    WHERE jsonb_typeof(hc.metadata -> 'counters_since_delta_snapshot') = 'object'
+  UNION ALL
+    SELECT w.checkpoint_ns, p.checkpoint_id, p.parent_checkpoint_id, p.checkpoint,
+           ARRAY(SELECT ch FROM unnest(w.walking) AS ch WHERE NOT (ch = ANY(s.stopped)))
+    FROM walk w
+    CROSS JOIN LATERAL (
+        SELECT ARRAY(
+            SELECT ch FROM unnest(w.walking) AS ch
+            WHERE jsonb_typeof(w.checkpoint -> 'channel_values' -> ch) <> 'null'
+               OR EXISTS (SELECT 1 FROM checkpoint_blobs b
+                          WHERE b.thread_id = %(thread_id)s
+                            AND b.checkpoint_ns = w.checkpoint_ns
+                            AND b.channel = ch AND b.type <> 'empty'
+                            AND b.version = w.checkpoint -> 'channel_versions' ->> ch)
+        ) AS stopped
+    ) s
+    JOIN checkpoints p
+      ON p.thread_id = %(thread_id)s AND p.checkpoint_ns = w.checkpoint_ns
+     AND p.checkpoint_id = w.parent_checkpoint_id
+    WHERE cardinality(w.walking) > cardinality(s.stopped)
+), latest AS (
+    SELECT checkpoint_ns, checkpoint_id FROM heads
+    UNION
+    SELECT checkpoint_ns, checkpoint_id FROM walk
+    UNION"""
+
+
 def _keep_latest_sql() -> str:
-    """saver.prune's keep_latest statement, acting only when this transaction's claim
-    said 'go' (lgd.sweep holds its token): otherwise it refuses, changing nothing."""
+    """saver.prune's keep_latest statement for a sweep: it acts only when this
+    transaction's claim said 'go' (lgd.sweep holds its token; otherwise it refuses,
+    changing nothing), and it keeps the DeltaChannel window of each head instead of
+    refusing a DeltaChannel thread."""
     sql = queries()["prune_keep_latest"]
-    anchor = "WITH refusal AS (\n    SELECT EXISTS ("
-    assert anchor in sql, "prune_keep_latest changed: update the sweep's gate"
-    return sql.replace(
-        anchor,
-        "WITH refusal AS (\n    SELECT current_setting('lgd.sweep', true) IS DISTINCT FROM "
-        "%(token)s OR EXISTS (",
+    head = sql.index("), heads AS (")
+    latest = "), latest AS (\n    SELECT checkpoint_ns, checkpoint_id FROM heads\n    UNION"
+    assert sql.startswith("WITH refusal AS (") and latest in sql, (
+        "prune_keep_latest changed: update the sweep's variant of it"
     )
+    body = sql[head + len("), heads AS (") :].replace(latest, _DELTA_WINDOW, 1)
+    return _GATE + body
 
 
 Step = Operation[Any] | float

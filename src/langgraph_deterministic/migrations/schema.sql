@@ -1104,18 +1104,12 @@ BEGIN
           AND w.channel = '__interrupt__') THEN
         reason := 'interrupted';
     END IF;
+    -- A LangGraph.js DeltaChannel thread (marked delta_writes_versioned, no counters):
+    -- its window is not known here, so keep_latest keeps it whole. Python's threads keep
+    -- their window (the sweep's variant of prune_keep_latest).
     IF reason IS NULL AND p_strategy = 'keep_latest' AND EXISTS (
         SELECT 1 FROM checkpoints c
-        WHERE c.thread_id = p_thread AND (
-            c.metadata ? 'counters_since_delta_snapshot'
-            OR c.metadata ? 'delta_writes_versioned'
-            OR EXISTS (
-                SELECT 1 FROM jsonb_each(c.checkpoint -> 'channel_values') AS v
-                JOIN checkpoint_blobs b
-                  ON b.thread_id = c.thread_id AND b.checkpoint_ns = c.checkpoint_ns
-                 AND b.channel = v.key
-                 AND b.version = c.checkpoint -> 'channel_versions' ->> v.key
-                WHERE v.value = 'true'::jsonb))) THEN
+        WHERE c.thread_id = p_thread AND c.metadata ? 'delta_writes_versioned') THEN
         reason := 'delta';
     END IF;
     IF reason IS NOT NULL THEN
