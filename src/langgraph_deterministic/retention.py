@@ -193,8 +193,9 @@ WITH t AS (
     GROUP BY c.thread_id ORDER BY c.thread_id LIMIT %(batch)s
 )
 SELECT t.thread_id, t.latest,
-       (SELECT l.checkpoint ->> 'ts' FROM checkpoints l
-        WHERE l.thread_id = t.thread_id AND l.checkpoint_id = t.latest LIMIT 1),
+       CASE WHEN t.latest !~ '^[0-9a-f]{8}-[0-9a-f]{4}-6' THEN  -- not a uuid6: its ts
+           (SELECT l.checkpoint ->> 'ts' FROM checkpoints l
+            WHERE l.thread_id = t.thread_id AND l.checkpoint_id = t.latest LIMIT 1) END,
        h.metadata -> 'lgd_ttl_minutes',
        EXISTS (SELECT 1 FROM checkpoint_writes w
                WHERE w.thread_id = t.thread_id AND w.checkpoint_ns = ''

@@ -1025,12 +1025,15 @@ INSERT INTO langgraph_deterministic_migrations (version, name, phase) VALUES
 -- migration 0026_pre_retention
 CREATE OR REPLACE FUNCTION lgd_thread_footprint_v1(p_ids TEXT[])
 RETURNS TABLE (n_rows BIGINT, n_bytes BIGINT) LANGUAGE sql STABLE AS $$
+    -- The peer's tables by their wide columns' stored (compressed, TOASTed) sizes, read
+    -- without detoasting them (a whole-row pg_column_size(t.*) would); ours whole.
     SELECT sum(n)::bigint, sum(b)::bigint FROM (
-        SELECT count(*) AS n, coalesce(sum(pg_column_size(t.*)), 0) AS b
+        SELECT count(*) AS n,
+               coalesce(sum(pg_column_size(t.checkpoint) + pg_column_size(t.metadata)), 0) AS b
         FROM checkpoints t WHERE t.thread_id = ANY(p_ids)
-        UNION ALL SELECT count(*), coalesce(sum(pg_column_size(t.*)), 0)
+        UNION ALL SELECT count(*), coalesce(sum(coalesce(pg_column_size(t.blob), 0)), 0)
         FROM checkpoint_blobs t WHERE t.thread_id = ANY(p_ids)
-        UNION ALL SELECT count(*), coalesce(sum(pg_column_size(t.*)), 0)
+        UNION ALL SELECT count(*), coalesce(sum(pg_column_size(t.blob)), 0)
         FROM checkpoint_writes t WHERE t.thread_id = ANY(p_ids)
         UNION ALL SELECT count(*), coalesce(sum(pg_column_size(t.*)), 0)
         FROM lgd_chain t WHERE t.thread_id = ANY(p_ids)
@@ -1040,7 +1043,7 @@ RETURNS TABLE (n_rows BIGINT, n_bytes BIGINT) LANGUAGE sql STABLE AS $$
         FROM lgd_leases t WHERE t.thread_id = ANY(p_ids)
         UNION ALL SELECT count(*), coalesce(sum(pg_column_size(t.*)), 0)
         FROM lgd_queue t WHERE t.thread_id = ANY(p_ids)
-        UNION ALL SELECT count(*), coalesce(sum(pg_column_size(t.*)), 0)
+        UNION ALL SELECT count(*), coalesce(sum(coalesce(pg_column_size(t.blob), 0)), 0)
         FROM lgd_journal t WHERE t.thread_id = ANY(p_ids)
         UNION ALL SELECT count(*), coalesce(sum(pg_column_size(t.*)), 0)
         FROM lgd_journal_attempts t WHERE t.thread_id = ANY(p_ids)
