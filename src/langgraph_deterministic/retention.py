@@ -225,6 +225,7 @@ _CLAIM = (
 )
 _DELETE = "SELECT lgd_sweep_delete_v1(%(thread_id)s, %(token)s)"
 _TRIM = "SELECT * FROM lgd_sweep_trim_v1(%(thread_id)s, %(token)s)"
+_BUSY_STATES = frozenset({"55P03", "40P01"})  # lock_not_available, deadlock_detected
 _EXPIRE_TOMBSTONES = """
 WITH gone AS (
     DELETE FROM {table} WHERE ctid IN (
@@ -424,15 +425,24 @@ def _sweep_thread(
     }  # fmt: skip
     claim = Statement(_CLAIM, params, fetch=True, prepare=False)
     if policy.strategy == "delete":
-        results = yield Batch.write(claim, Statement(_DELETE, params, fetch=True))
-        after_rows, after_bytes = 0, 0
+        batch = Batch.write(claim, Statement(_DELETE, params, fetch=True))
     else:
-        results = yield Batch.write(
+        batch = Batch.write(
             claim,
             Statement(keep_sql, {"thread_id": cand.thread_id, "token": token}, fetch=True,
                       prepare=False),
             Statement(_TRIM, params, fetch=True),
         )  # fmt: skip
+    try:
+        results = yield batch
+    except Exception as exc:
+        # A row of the thread locked past lock_timeout (the claim's setting holds for the
+        # whole transaction), or a deadlock: rolled back whole; the next sweep retries.
+        if getattr(exc, "sqlstate", None) in _BUSY_STATES:
+            return "busy", 0, 0
+        raise
+    after_rows, after_bytes = 0, 0
+    if policy.strategy == "keep_latest":
         left = results[2] or []
         after_rows, after_bytes = (int(left[0][0] or 0), int(left[0][1] or 0)) if left else (0, 0)
     verdict, _backups, before_rows, before_bytes = (results[0] or [])[0]

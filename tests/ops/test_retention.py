@@ -701,6 +701,18 @@ def test_a_thread_whose_lease_row_is_locked_is_skipped_busy(db: str) -> None:
             )
         assert report.skipped.get("busy") == [thread] and rows_of(db, thread) > 0
         holder.rollback()
+    # a row of the thread locked past lock_timeout after the claim: rolled back whole
+    with psycopg.connect(db) as holder:
+        holder.execute(
+            "SELECT 1 FROM checkpoint_blobs WHERE thread_id = %s LIMIT 1 FOR UPDATE", (thread,)
+        )
+        whole = rows_of(db, thread)
+        with DeterministicSaver(db) as saver:
+            report = saver.sweep(
+                RetentionPolicy(default_ttl=HOUR, lock_timeout=0.05), apply=True, now=later
+            )
+        assert report.skipped.get("busy") == [thread] and rows_of(db, thread) == whole
+        holder.rollback()
     with DeterministicSaver(db) as saver:
         assert thread in saver.sweep(older_than=HOUR, apply=True, now=later).swept
     assert rows_of(db, thread) == 0 and orphans(db) == {}
