@@ -751,3 +751,16 @@ def test_last_write_falls_back_to_the_checkpoints_ts() -> None:
     assert found["a"].last_write == dt.datetime(2020, 1, 1, tzinfo=dt.UTC)
     assert found["c"].last_write == ledger
     assert found["e"].ttl == dt.timedelta(minutes=90)
+
+
+def test_a_retry_of_a_run_whose_final_checkpoint_prune_removed(db: str) -> None:
+    """saver.prune(keep_latest) keeps the ledger rows: a retry of a finished run whose
+    last checkpoint it removed is refused, not run again on the thread's latest state."""
+    thread = _new()
+    with DeterministicSaver(db) as saver:
+        turn(saver, chat(), thread, "pr-1", "first")
+        turn(saver, chat(), thread, "pr-2", "second")
+        saver.prune([thread], strategy="keep_latest")
+        with pytest.raises(RunSweptError, match="had its checkpoints pruned"):
+            turn(saver, chat(), thread, "pr-1", "first")
+        assert inputs_of(saver, thread, "first") == 1

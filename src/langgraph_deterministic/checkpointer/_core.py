@@ -118,14 +118,17 @@ def _refuse_missing_checkpoint(thread_id: str, checkpoint_id: str) -> None:
 
 
 def _refuse_swept(thread_id: str, run_id: str, swept_at: Any, strategy: str | None) -> None:
-    when = f"at {swept_at:%Y-%m-%d %H:%M:%S %Z}" if swept_at is not None else "earlier"
+    if swept_at is not None:
+        how = f"was swept by a retention sweep at {swept_at:%Y-%m-%d %H:%M:%S %Z}"
+    else:
+        how = "had its checkpoints pruned (saver.prune or a retention sweep)"
     what = (
         "its thread's checkpoints, writes and ledger were deleted"
         if strategy == "delete"
-        else "the checkpoints it wrote were pruned (keep_latest kept only the thread's latest)"
+        else "the checkpoints it wrote are gone (keep_latest kept only the thread's latest)"
     )
     raise RunSweptError(
-        f"Run {run_id!r} on thread {thread_id!r} was swept by a retention sweep {when}: "
+        f"Run {run_id!r} on thread {thread_id!r} {how}: "
         f"{what}. Retrying it now would apply its input again, so nothing was run or "
         "written. Stop retrying this run (it had finished or been abandoned before its "
         "thread expired); new work takes a new run id. saver.get_run() no longer knows it; "
