@@ -10,7 +10,7 @@ What is old: a thread's **last write** is the newest of
 
 So a database only langgraph's PostgresSaver wrote (no timestamp column anywhere) ages the
 same way. A thread expires when its last write is older than its TTL: the policy's
-``default_ttl``, or the per-thread override ``metadata["lgd_ttl_minutes"]`` of its latest
+``default_ttl``, or the per-thread override ``metadata["retention_ttl_minutes"]`` of its latest
 root checkpoint (a number of minutes, or ``"never"``), which a run sets through its config
 (``config["metadata"]``) as any checkpoint metadata.
 
@@ -48,7 +48,7 @@ if TYPE_CHECKING:
 Strategy = Literal["delete", "keep_latest"]
 STRATEGIES: tuple[str, ...] = ("delete", "keep_latest")
 #: The per-thread override, in the latest root checkpoint's metadata: minutes, or "never".
-TTL_KEY = "lgd_ttl_minutes"
+TTL_KEY = "retention_ttl_minutes"
 #: Why a thread past its TTL was left as it is.
 SKIP_REASONS: Mapping[str, str] = {
     "leased": "a live lease: a run in flight",
@@ -83,7 +83,7 @@ class RetentionPolicy:
 
     default_ttl: _dt.timedelta | None
     """How long after its last write a thread expires; None: only threads with a
-    per-thread override (``metadata["lgd_ttl_minutes"]``) expire."""
+    per-thread override (``metadata["retention_ttl_minutes"]``) expire."""
     strategy: Strategy = "delete"
     expire_interrupted: bool = False
     """Whether a thread stopped at an interrupt (awaiting its resume) expires too."""
@@ -132,9 +132,11 @@ class SweepReport:
     ours: bool = True
 
     def threads_label(self) -> str:
+        """``"N threads"``, for messages."""
         return f"{self.scanned} thread" + ("" if self.scanned == 1 else "s")
 
     def to_json(self) -> dict[str, Any]:
+        """The report as JSON-ready values (``prune --json`` prints it)."""
         return {
             "applied": self.applied, "strategy": self.strategy, "scanned": self.scanned,
             "expired": self.expired, "swept": self.swept, "skipped": self.skipped,
@@ -196,7 +198,7 @@ SELECT t.thread_id, t.latest,
        CASE WHEN t.latest !~ '^[0-9a-f]{8}-[0-9a-f]{4}-6' THEN  -- not a uuid6: its ts
            (SELECT l.checkpoint ->> 'ts' FROM checkpoints l
             WHERE l.thread_id = t.thread_id AND l.checkpoint_id = t.latest LIMIT 1) END,
-       h.metadata -> 'lgd_ttl_minutes',
+       h.metadata -> 'retention_ttl_minutes',
        EXISTS (SELECT 1 FROM checkpoint_writes w
                WHERE w.thread_id = t.thread_id AND w.checkpoint_ns = ''
                  AND w.checkpoint_id = h.checkpoint_id AND w.channel = '__interrupt__'),
@@ -525,6 +527,7 @@ class Sweeper:
         self._thread: threading.Thread | None = None
 
     def run_once(self) -> SweepReport:
+        """One sweep now, applied, in the calling thread."""
         report = self.saver.sweep(self.policy, apply=True)
         self._record(report)
         return report
@@ -539,6 +542,7 @@ class Sweeper:
             self.on_error(exc)
 
     def start(self) -> Sweeper:
+        """Sweep now and every ``interval`` in a daemon thread; returns the sweeper."""
         if self._thread is not None:
             raise ConfigurationError("This Sweeper runs already; stop() it first.")
         self._stop.clear()
@@ -555,6 +559,7 @@ class Sweeper:
             self._stop.wait(self.interval.total_seconds())
 
     def stop(self, timeout: float | None = 30.0) -> None:
+        """Stop after the sweep in progress, if any (waits up to ``timeout`` seconds)."""
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout)

@@ -413,7 +413,7 @@ def test_per_thread_ttl_override(db: str) -> None:
         for thread, ttl in ((short, 5), (never, "never"), (plain, None)):
             config = run_config(thread, f"{thread}-1")
             if ttl is not None:
-                config["metadata"]["lgd_ttl_minutes"] = ttl
+                config["metadata"]["retention_ttl_minutes"] = ttl
             g.invoke({"messages": [("user", "x")]}, config)
         later = dt.datetime.now(dt.UTC) + dt.timedelta(minutes=10)
         found = saver.sweep(older_than="2w", now=later)
@@ -449,6 +449,13 @@ def test_a_sweep_racing_a_new_run_loses_cleanly(db: str) -> None:
             runner.join(0.5)
             assert runner.is_alive()  # the run waits for the sweep's transaction
             conn.execute("SELECT lgd_sweep_delete_v1(%s, 'tok')", (thread,))
+            pid = conn.info.backend_pid
+            with psycopg.connect(db, autocommit=True) as look:
+                modes = {r[0] for r in look.execute(
+                    "SELECT mode FROM pg_locks WHERE pid = %s AND locktype = 'relation'", (pid,)
+                )}  # fmt: skip
+            # row locks only: no table lock that would queue other threads' runs
+            assert modes <= {"AccessShareLock", "RowShareLock", "RowExclusiveLock"}, modes
             conn.commit()
         runner.join(30)
         assert [m.content for m in done[0]["messages"]] == ["second", "re: second"]

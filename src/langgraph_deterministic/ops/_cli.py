@@ -143,7 +143,7 @@ def add_parsers(sub: Any) -> None:
     p = sub.add_parser(
         "prune", help="sweep threads past their TTL (dry run unless --apply)",
         description="Find the threads whose last write is older than --older-than (or their "
-        "own metadata[\"lgd_ttl_minutes\"]) and, with --apply, delete them whole "
+        "own metadata[\"retention_ttl_minutes\"]) and, with --apply, delete them whole "
         "(--strategy delete) or down to their latest checkpoint (keep_latest). Each thread is "
         "one transaction; threads with a live lease, a queued run, a write since the scan or "
         "an interrupt awaiting its resume are skipped and reported. Swept runs leave "
@@ -154,7 +154,7 @@ def add_parsers(sub: Any) -> None:
     p.add_argument(
         "--older-than", type=_duration, metavar="DURATION",
         help="default TTL: threads last written longer ago than this expire (30d, 12h, 90m, "
-        "2w); without it only threads with their own metadata[\"lgd_ttl_minutes\"] expire",
+        "2w); without it only threads with their own metadata[\"retention_ttl_minutes\"] expire",
     )  # fmt: skip
     p.add_argument(
         "--strategy", choices=("delete", "keep_latest"), default="delete",
@@ -280,7 +280,7 @@ def run_prune(args: argparse.Namespace, dsn: str) -> int:
     )  # fmt: skip
     if policy.default_ttl is None:
         print(
-            "no --older-than: only threads with their own metadata[\"lgd_ttl_minutes\"] expire",
+            "no --older-than: only threads with their own metadata[\"retention_ttl_minutes\"] expire",
             file=sys.stderr,
         )
     sweeps = 0
