@@ -303,6 +303,17 @@ def run_prune(args: argparse.Namespace, dsn: str) -> int:
             time.sleep(args.every.total_seconds())
 
 
+def _size(n: int) -> str:
+    if n < 1024:
+        return f"{n} bytes"
+    size = n / 1024
+    for unit in ("kB", "MB"):
+        if size < 1024:
+            return f"{size:.1f} {unit}"
+        size /= 1024
+    return f"{size:.1f} GB"
+
+
 def _swept_progress(bar: Any) -> Any:
     if bar is None:
         return None
@@ -324,7 +335,7 @@ def _print_prune(report: object) -> None:
         print(f"  skipped {len(threads)}: {SKIP_REASONS[reason]}: {shown}")
     if report.applied:
         print(
-            f"freed {report.rows_freed} rows, {report.bytes_freed} bytes of row data "
+            f"freed {report.rows_freed} rows, {_size(report.bytes_freed)} of row data "
             f"(the space is reused by new rows; VACUUM/pg_repack returns it to the OS); "
             f"{report.tombstones_expired} expired tombstones removed"
         )
