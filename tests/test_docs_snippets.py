@@ -36,6 +36,7 @@ RUN_ELSEWHERE = {
     "how-to/migrations.md": "tests/test_docs_migrations.py",  # asserts the printed plan
     "how-to/going-back.md": "tests/ops/test_docs_going_back.py",  # its CLI steps, then Python
     "how-to/high-availability.md": "tests/test_docs_high_availability.py",  # a real failover
+    "how-to/retention.md": "tests/ops/test_retention.py",  # on threads aged by the clock
     # whole files and a worker command, run against a real Temporal / Celery + Redis
     "how-to/temporal.md": "tests/orchestrators/test_docs_pages.py",
     "how-to/celery.md": "tests/orchestrators/test_docs_pages.py",

@@ -4,6 +4,7 @@ from langgraph_deterministic.checkpointer import DeterministicSaver, SafeSeriali
 from langgraph_deterministic.checkpointer.contract import RunRecord
 from langgraph_deterministic.config import run_config
 from langgraph_deterministic.errors import (
+    CheckpointPrunedError,
     ConcurrentRunError,
     ConfigurationError,
     CorruptCheckpointError,
@@ -24,6 +25,7 @@ from langgraph_deterministic.errors import (
     RunIdRequiredError,
     RunInputMismatchError,
     RunSupersededError,
+    RunSweptError,
     RunUnfinishedError,
     SaverClosedError,
     SchemaNotReadyError,
@@ -32,6 +34,7 @@ from langgraph_deterministic.errors import (
     UnsafeDataError,
     is_retryable,
 )
+from langgraph_deterministic.retention import RetentionPolicy, Sweeper, SweepReport
 from langgraph_deterministic.runner import (
     DeterministicRunner,
     PostgresJournal,
@@ -41,6 +44,7 @@ from langgraph_deterministic.runner import (
 )
 
 __all__ = [
+    "CheckpointPrunedError",
     "ConcurrentRunError",
     "ConfigurationError",
     "CorruptCheckpointError",
@@ -61,15 +65,19 @@ __all__ = [
     "PostgresJournal",
     "PruneArgumentError",
     "PruneRefusedError",
+    "RetentionPolicy",
     "RunIdRequiredError",
     "RunInputMismatchError",
     "RunRecord",
     "RunSupersededError",
+    "RunSweptError",
     "RunUnfinishedError",
     "SafeSerializer",
     "SaverClosedError",
     "SchemaNotReadyError",
     "SerializationError",
+    "SweepReport",
+    "Sweeper",
     "ThreadBusyError",
     "UnsafeDataError",
     "durable",

@@ -1,4 +1,4 @@
-"""``langgraph-deterministic``: migrations and their status, the demo, audit and repair.
+"""``langgraph-deterministic``: migrations and their status, the demo, audit, repair, prune.
 
     langgraph-deterministic migrate [--dsn DSN] [--phase pre|post|all] [--dry-run]
                                     [--lock-timeout SECONDS] [--lock-retries N]
@@ -6,6 +6,8 @@
     langgraph-deterministic demo    [--dsn DSN] [--restate]
     langgraph-deterministic audit   [--dsn DSN] [--json] [--thread ID] [--since TIME]
     langgraph-deterministic repair  [--dsn DSN] [--apply]
+    langgraph-deterministic prune   [--dsn DSN] --older-than 30d [--strategy delete|keep_latest]
+                                    [--dry-run|--apply] [--every DURATION]
     langgraph-deterministic uninstall [--dsn DSN] [--dry-run] [--force]
     langgraph-deterministic --version
 
@@ -218,6 +220,12 @@ def _error(args: argparse.Namespace, text: str) -> None:
     print(f"error: {scrub(text, dsn)}", file=sys.stderr)
 
 
+def _cmd_prune(args: argparse.Namespace) -> int:
+    from langgraph_deterministic.ops import cli as ops_cli
+
+    return ops_cli.run_prune(args, _dsn(args))
+
+
 def _cmd_uninstall(args: argparse.Namespace) -> int:
     from langgraph_deterministic.ops import cli as ops_cli
 
@@ -230,6 +238,7 @@ _COMMANDS = {
     "demo": _cmd_demo,
     "audit": _cmd_ops,
     "repair": _cmd_ops,
+    "prune": _cmd_prune,
     "uninstall": _cmd_uninstall,
 }
 

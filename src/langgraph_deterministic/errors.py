@@ -201,6 +201,28 @@ class RunUnfinishedError(DeterministicError):
     journaled: bool = False
 
 
+class RunSweptError(DeterministicError):
+    """A retry of a run whose thread a retention sweep removed (``saver.sweep``,
+    ``langgraph-deterministic prune``): the run's ledger row lives on as a tombstone, so
+    the retry is refused instead of applying its input again to the emptied (or trimmed)
+    thread. Nothing was run or written. Fix: stop retrying (the run had finished, or was
+    abandoned, before its thread expired); new work takes a new run id. Tombstones are
+    kept for the policy's ``tombstone_ttl``: keep it longer than any retry window."""
+
+    def __init__(self, message: str, *, thread_id: str = "", run_id: str = "",
+                 swept_at: object = None) -> None:  # fmt: skip
+        super().__init__(message)
+        self.thread_id = thread_id
+        self.run_id = run_id
+        self.swept_at = swept_at
+
+
+class CheckpointPrunedError(ConfigurationError):
+    """A graph run addressed a checkpoint (time travel) that a retention sweep removed.
+    Nothing was run. Fix: address a checkpoint that exists (``graph.get_state_history``;
+    after ``keep_latest`` the thread's latest one), or leave ``checkpoint_id`` out."""
+
+
 class PruneRefusedError(DeterministicError, NotImplementedError):
     """``prune(strategy="keep_latest")`` would lose state that a DeltaChannel rebuilds from
     older checkpoints (a ``NotImplementedError``, as PostgresSaver raises). Nothing was
@@ -238,6 +260,7 @@ def is_retryable(exc: BaseException) -> bool:
 
 
 __all__ = [
+    "CheckpointPrunedError",
     "ConcurrentRunError",
     "ConfigurationError",
     "CorruptCheckpointError",
@@ -258,6 +281,7 @@ __all__ = [
     "RunIdRequiredError",
     "RunInputMismatchError",
     "RunSupersededError",
+    "RunSweptError",
     "RunUnfinishedError",
     "SaverClosedError",
     "SchemaNotReadyError",

@@ -82,10 +82,12 @@ from langgraph_deterministic.checkpointer.contract import (
     translate_guard_error,
 )
 from langgraph_deterministic.errors import (
+    CheckpointPrunedError,
     ConfigurationError,
     DeterministicError,
     PruneArgumentError,
     PruneRefusedError,
+    RunSweptError,
 )
 
 # Storage without the retry contract (policy "off"): what the peer does, minus secrets.
@@ -157,6 +159,36 @@ def _refuse_missing_checkpoint(thread_id: str, checkpoint_id: str) -> None:
         "history would fall off the chain. Nothing was run. Address a checkpoint that exists "
         "(see graph.get_state_history), or leave checkpoint_id out to continue from the "
         "thread's latest checkpoint."
+    )
+
+
+def _refuse_swept(thread_id: str, run_id: str, swept_at: Any, strategy: str | None) -> None:
+    if swept_at is not None:
+        how = f"was swept by a retention sweep at {swept_at:%Y-%m-%d %H:%M:%S %Z}"
+    else:
+        how = "had its checkpoints pruned (saver.prune or a retention sweep)"
+    what = (
+        "its thread's checkpoints, writes and ledger were deleted"
+        if strategy == "delete"
+        else "the checkpoints it wrote are gone (keep_latest kept only the thread's latest)"
+    )
+    raise RunSweptError(
+        f"Run {run_id!r} on thread {thread_id!r} {how}: "
+        f"{what}. Retrying it now would apply its input again, so nothing was run or "
+        "written. Stop retrying this run (it had finished or been abandoned before its "
+        "thread expired); new work takes a new run id. saver.get_run() no longer knows it; "
+        "its tombstone (table lgd_swept_runs) is what refused this retry.",
+        thread_id=thread_id, run_id=run_id, swept_at=swept_at,
+    )  # fmt: skip
+
+
+def _refuse_pruned(thread_id: str, checkpoint_id: str, swept_at: Any, kept: str | None) -> None:
+    latest = f" It kept checkpoint {kept}." if kept else " It deleted the whole thread."
+    raise CheckpointPrunedError(
+        f"Checkpoint {checkpoint_id} of thread {thread_id!r} is gone: a retention sweep "
+        f"removed it at {swept_at:%Y-%m-%d %H:%M:%S %Z}.{latest} Nothing was run. Address a "
+        "checkpoint that exists (graph.get_state_history), or leave checkpoint_id out to "
+        "continue from the thread's latest checkpoint."
     )
 
 
@@ -360,9 +392,17 @@ def _start_graph_run(
     head, ledger = start.head, start.ledger
     admitted = admission is not None and admission.verdict == "admitted"
     mark: str | None = None
+    run_swept_at, run_swept_strategy = start.run_swept_at, start.run_swept_strategy
+    thread_swept_at, thread_kept = start.thread_swept_at, start.thread_kept
     try:
         if head is not None:
             check_shape(head)
+        if (
+            run_swept_at is not None
+            and ledger is None
+            and (head is None or head.metadata.get(RUN_ID_KEY) != info.run_id)
+        ):
+            _refuse_swept(thread_id, str(info.run_id), run_swept_at, run_swept_strategy)
         decision = contract.decide_start(info, head.metadata if head else None, ledger)
         if decision.action == "final" and not addressed:
             (found,) = yield Batch.read(
@@ -373,9 +413,15 @@ def _start_graph_run(
                     "checkpoint_id": decision.checkpoint_id,
                 },
             )
+            if not found:
+                # Its final checkpoint was pruned: loading nothing would apply its input
+                # again to a thread that holds it already.
+                _refuse_swept(thread_id, str(info.run_id), thread_swept_at, "keep_latest")
             head = CheckpointRow._make(found[0]) if found else None
         if head is None:
             if addressed:
+                if thread_swept_at is not None:
+                    _refuse_pruned(thread_id, addressed, thread_swept_at, thread_kept)
                 _refuse_missing_checkpoint(thread_id, addressed)
             loaded = None
         else:

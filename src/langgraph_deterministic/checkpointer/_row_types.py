@@ -30,16 +30,22 @@ class CheckpointRow(NamedTuple):
 
 
 _CHECKPOINT_COLUMNS = len(CheckpointRow._fields)
+_SWEEP_COLUMNS = ("run_swept_at", "run_swept_strategy", "thread_swept_at", "thread_kept")
 
 
 class StartRow(NamedTuple):
     """The row of ``select_head_with_run`` / ``select_addressed_with_run``: the checkpoint
     a graph run starts from (None on a new thread), the calling run's ledger row (None
-    when the head is its own or it has none) and, addressed, the thread's latest id."""
+    when the head is its own or it has none), addressed, the thread's latest id, and what a
+    retention sweep left of the run (its tombstone) and of the thread (migration 0026)."""
 
     head: CheckpointRow | None
     ledger: LedgerRow | None
     latest: str | None
+    run_swept_at: Any = None
+    run_swept_strategy: str | None = None
+    thread_swept_at: Any = None
+    thread_kept: str | None = None
 
     @classmethod
     def of(cls, row: tuple[Any, ...] | None) -> StartRow:
@@ -55,4 +61,8 @@ class StartRow(NamedTuple):
             if status is not None
             else None
         )
-        return cls(head, ledger, row[n + 3] if len(row) > n + 3 else None)
+        # The addressed form has the latest id between the ledger's and the sweep's columns.
+        rest = row[n + 3 :]
+        latest = rest[0] if len(rest) == len(_SWEEP_COLUMNS) + 1 else None
+        swept = rest[-len(_SWEEP_COLUMNS) :]
+        return cls(head, ledger, latest, *swept)

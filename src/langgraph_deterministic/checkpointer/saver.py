@@ -14,6 +14,7 @@ PostgresJournal (``_events``).
 from __future__ import annotations
 
 import asyncio
+import datetime as _dt
 import logging
 import threading
 import time
@@ -28,7 +29,7 @@ from collections.abc import (
 )
 from contextlib import AbstractAsyncContextManager, AbstractContextManager
 from functools import partial
-from typing import Any, Literal, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import (
@@ -108,6 +109,9 @@ from langgraph_deterministic.checkpointer.contract import (
     find_recorder,
 )
 from langgraph_deterministic.errors import ConfigurationError
+
+if TYPE_CHECKING:
+    from langgraph_deterministic.retention import RetentionPolicy, SweepReport
 
 logger = logging.getLogger("langgraph_deterministic")
 
@@ -682,6 +686,53 @@ class DeterministicSaver(Lifecycle, Connections, BaseCheckpointSaver[str]):
     def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
         self._run(_core.prune(thread_ids, strategy))
 
+    def sweep(
+        self,
+        policy: RetentionPolicy | None = None,
+        *,
+        older_than: _dt.timedelta | str | None = None,
+        strategy: str = "delete",
+        apply: bool = False,
+        progress: Callable[[int, int, str], None] | None = None,
+        now: _dt.datetime | None = None,
+    ) -> SweepReport:
+        """Find (and with ``apply=True`` remove) the threads past their TTL.
+
+        Pass a :class:`~langgraph_deterministic.RetentionPolicy`, or ``older_than`` (a
+        timedelta or ``"30d"``) and ``strategy`` (``"delete"``: whole threads;
+        ``"keep_latest"``: each thread's latest checkpoint stays) for one with the other
+        settings' defaults. A dry run (the default) writes nothing. Threads with work in
+        progress are left as they are and reported (``SweepReport.skipped``); each swept
+        thread is one transaction, so a sweep killed midway is finished by the next one.
+        ``now``: the time ages are measured from (default: this machine's clock), to see
+        what a sweep at a later time would remove. See docs/how-to/retention.md and
+        :mod:`langgraph_deterministic.retention`.
+        """
+        from langgraph_deterministic import retention
+
+        steps = retention.plan(
+            _policy(policy, older_than, strategy), apply=apply, progress=progress, now=now
+        )
+        return retention.drive(steps, self._run)
+
+    async def asweep(
+        self,
+        policy: RetentionPolicy | None = None,
+        *,
+        older_than: _dt.timedelta | str | None = None,
+        strategy: str = "delete",
+        apply: bool = False,
+        progress: Callable[[int, int, str], None] | None = None,
+        now: _dt.datetime | None = None,
+    ) -> SweepReport:
+        """:meth:`sweep`, async."""
+        from langgraph_deterministic import retention
+
+        steps = retention.plan(
+            _policy(policy, older_than, strategy), apply=apply, progress=progress, now=now
+        )
+        return await retention.adrive(steps, self._arun)
+
     def get_delta_channel_history(
         self, *, config: RunnableConfig, channels: Sequence[str]
     ) -> Mapping[str, DeltaChannelHistory]:
@@ -806,6 +857,26 @@ class DeterministicSaver(Lifecycle, Connections, BaseCheckpointSaver[str]):
         self, *, config: RunnableConfig, channels: Sequence[str]
     ) -> Mapping[str, DeltaChannelHistory]:
         return await self._arun(_core.delta_history(self._codec, config, channels))
+
+
+def _policy(
+    policy: RetentionPolicy | None, older_than: _dt.timedelta | str | None, strategy: str
+) -> RetentionPolicy:
+    from langgraph_deterministic.retention import RetentionPolicy, parse_duration
+
+    if policy is not None:
+        if older_than is not None:
+            raise ConfigurationError(
+                "sweep() takes a RetentionPolicy or older_than=, not both: put the TTL in "
+                "the policy (RetentionPolicy(default_ttl=...))."
+            )
+        return policy
+    if older_than is None:
+        raise ConfigurationError(
+            "sweep() needs a TTL: sweep(older_than='30d') or sweep(RetentionPolicy(...))."
+        )
+    ttl = parse_duration(older_than) if isinstance(older_than, str) else older_than
+    return RetentionPolicy(default_ttl=ttl, strategy=strategy)  # type: ignore[arg-type]
 
 
 def _none(attempt: str) -> list[Statement]:

@@ -1,4 +1,4 @@
-"""The ``audit``, ``repair`` and ``uninstall`` subcommands: argument parsing and output only."""
+"""The ``audit``, ``repair``, ``prune`` and ``uninstall`` subcommands: argument parsing and output only."""
 
 from __future__ import annotations
 
@@ -61,6 +61,18 @@ def _duty(text: str) -> float:
     if not 0 < value <= 1:
         raise argparse.ArgumentTypeError(f"{text!r} is not a share of the time in (0, 1]")
     return value
+
+
+def _duration(text: str) -> timedelta:
+    from langgraph_deterministic.errors import ConfigurationError
+    from langgraph_deterministic.retention import parse_duration
+
+    try:
+        return parse_duration(text)
+    except ConfigurationError:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a duration (30d, 12h, 90m, 2w)"
+        ) from None
 
 
 DSN_HELP = "libpq connection string of the checkpoint database (default: $DATABASE_URL)"
@@ -128,6 +140,68 @@ def add_parsers(sub: Any) -> None:
         metavar="KEY",
         help="the state key that holds the conversation (default messages)",
     )
+    p = sub.add_parser(
+        "prune", help="sweep threads past their TTL (dry run unless --apply)",
+        description="Find the threads whose last write is older than --older-than (or their "
+        "own metadata[\"retention_ttl_minutes\"]) and, with --apply, delete them whole "
+        "(--strategy delete) or down to their latest checkpoint (keep_latest). Each thread is "
+        "one transaction; threads with a live lease, a queued run, a write since the scan or "
+        "an interrupt awaiting its resume are skipped and reported. Swept runs leave "
+        "tombstones, so a late retry of one is refused instead of applied again. A dry run "
+        "works on a database only PostgresSaver wrote; --apply needs `migrate` first.",
+    )  # fmt: skip
+    p.add_argument("--dsn", help=DSN_HELP)
+    p.add_argument(
+        "--older-than", type=_duration, metavar="DURATION",
+        help="default TTL: threads last written longer ago than this expire (30d, 12h, 90m, "
+        "2w); without it only threads with their own metadata[\"retention_ttl_minutes\"] expire",
+    )  # fmt: skip
+    p.add_argument(
+        "--strategy", choices=("delete", "keep_latest"), default="delete",
+        help="delete (default): the whole thread; keep_latest: the thread and its latest "
+        "checkpoint stay, its history goes",
+    )  # fmt: skip
+    mode = p.add_mutually_exclusive_group()
+    mode.add_argument(
+        "--dry-run", action="store_true", help="report what would be swept (the default)"
+    )
+    mode.add_argument("--apply", action="store_true", help="sweep the expired threads")
+    p.add_argument(
+        "--expire-interrupted", action="store_true",
+        help="threads stopped at an interrupt expire too (default: kept until resumed)",
+    )  # fmt: skip
+    p.add_argument(
+        "--tombstone-ttl", type=_duration, default=None, metavar="DURATION",
+        help="how long a swept run's tombstone refuses its retries (default 400d; keep it "
+        "longer than any retry window of your orchestrator)",
+    )  # fmt: skip
+    p.add_argument(
+        "--batch-size", type=int, default=500, metavar="N",
+        help="threads read per scan statement (default %(default)s)",
+    )  # fmt: skip
+    p.add_argument(
+        "--throttle", type=_pause, default=0.0, metavar="SECONDS",
+        help="pause after each swept thread (default 0: full speed)",
+    )  # fmt: skip
+    p.add_argument(
+        "--lock-timeout", type=float, default=_LOCK_TIMEOUT, metavar="SECONDS",
+        help="longest wait for a thread's lease row; a thread not granted it is skipped "
+        "and left for the next sweep (default %(default)s)",
+    )  # fmt: skip
+    p.add_argument(
+        "--limit", type=int, default=None, metavar="N",
+        help="sweep at most N threads, then stop (default: every expired thread)",
+    )  # fmt: skip
+    p.add_argument(
+        "--every", type=_duration, default=None, metavar="DURATION",
+        help="keep running: sweep now and again every DURATION (Platform's "
+        "sweep_interval_minutes) until stopped; default: sweep once and exit (for cron)",
+    )  # fmt: skip
+    p.add_argument(
+        "--sweeps", type=int, default=None, metavar="N",
+        help="with --every: stop after N sweeps (default: run until stopped)",
+    )  # fmt: skip
+    p.add_argument("--json", action="store_true", help="print a JSON report")
     u = sub.add_parser(
         "uninstall", help="remove every table, function and index of ours (back to PostgresSaver)",
         description="Remove every object our migrations added (lgd_* tables, functions, "
@@ -185,6 +259,92 @@ def run_repair(args: argparse.Namespace, dsn: str) -> int:
     else:
         _print_repair(report)
     return report.exit_code
+
+
+def run_prune(args: argparse.Namespace, dsn: str) -> int:
+    import time
+
+    from langgraph_deterministic.checkpointer import DeterministicSaver
+    from langgraph_deterministic.retention import (
+        DEFAULT_TOMBSTONE_TTL,
+        RetentionPolicy,
+        SweepReport,
+    )
+
+    policy = RetentionPolicy(
+        default_ttl=args.older_than, strategy=args.strategy,
+        expire_interrupted=args.expire_interrupted,
+        tombstone_ttl=args.tombstone_ttl or DEFAULT_TOMBSTONE_TTL,
+        batch_size=args.batch_size, throttle=args.throttle, lock_timeout=args.lock_timeout,
+        limit=args.limit,
+    )  # fmt: skip
+    if policy.default_ttl is None:
+        print(
+            "no --older-than: only threads with their own metadata[\"retention_ttl_minutes\"] expire",
+            file=sys.stderr,
+        )
+    sweeps = 0
+    with DeterministicSaver(dsn, run_id_policy="off") as saver:
+        while True:
+            bar, done = _progress("sweeping threads", enabled=not args.json)
+            try:
+                report: SweepReport = saver.sweep(
+                    policy, apply=args.apply, progress=_swept_progress(bar),
+                )  # fmt: skip
+            finally:
+                done()
+            if args.json:
+                print(json.dumps(report.to_json(), indent=2), flush=True)
+            else:
+                _print_prune(report)
+            sweeps += 1
+            if args.every is None or (args.sweeps is not None and sweeps >= args.sweeps):
+                return 0
+            time.sleep(args.every.total_seconds())
+
+
+def _size(n: int) -> str:
+    if n < 1024:
+        return f"{n} bytes"
+    size = n / 1024
+    for unit in ("kB", "MB"):
+        if size < 1024:
+            return f"{size:.1f} {unit}"
+        size /= 1024
+    return f"{size:.1f} GB"
+
+
+def _swept_progress(bar: Any) -> Any:
+    if bar is None:
+        return None
+    return lambda scanned, _swept, _thread: bar(scanned, None)
+
+
+def _print_prune(report: object) -> None:
+    from langgraph_deterministic.retention import SKIP_REASONS, SweepReport
+
+    assert isinstance(report, SweepReport)
+    verb = "swept" if report.applied else "would sweep"
+    print(
+        f"scanned {report.threads_label()} in {report.seconds:.1f} s: {len(report.expired)} "
+        f"past their TTL; {verb} {len(report.swept)} ({report.strategy})",
+        flush=True,
+    )
+    for reason, threads in sorted(report.skipped.items()):
+        shown = ", ".join(threads[:10]) + (" ..." if len(threads) > 10 else "")
+        print(f"  skipped {len(threads)}: {SKIP_REASONS[reason]}: {shown}")
+    if report.applied:
+        print(
+            f"freed {report.rows_freed} rows, {_size(report.bytes_freed)} of row data "
+            f"(the space is reused by new rows; VACUUM/pg_repack returns it to the OS); "
+            f"{report.tombstones_expired} expired tombstones removed"
+        )
+    else:
+        if report.swept:
+            shown = ", ".join(report.swept[:10]) + (" ..." if len(report.swept) > 10 else "")
+            print(f"  would sweep: {shown}")
+        note = "" if report.ours else " (a PostgresSaver database: --apply needs `migrate` first)"
+        print(f"dry run: nothing deleted. Run with --apply to sweep.{note}")
 
 
 def run_uninstall(args: argparse.Namespace, dsn: str) -> int:
