@@ -36,14 +36,20 @@ import time
 import uuid
 from collections.abc import Callable, Generator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal, Protocol
 
 from langgraph_deterministic._db.batch import Batch, Operation, Statement
 from langgraph_deterministic._db.queries import queries
 from langgraph_deterministic.errors import ConfigurationError, SchemaNotReadyError
 
-if TYPE_CHECKING:
-    from langgraph_deterministic.checkpointer.saver import DeterministicSaver
+
+class SweepingSaver(Protocol):
+    """What a :class:`Sweeper` needs of its saver (``DeterministicSaver`` is one): named here
+    so that this module, which the saver imports, does not import the saver back."""
+
+    def sweep(self, policy: RetentionPolicy, *, apply: bool) -> SweepReport: ...
+
+    async def asweep(self, policy: RetentionPolicy, *, apply: bool) -> SweepReport: ...
 
 Strategy = Literal["delete", "keep_latest"]
 STRATEGIES: tuple[str, ...] = ("delete", "keep_latest")
@@ -511,7 +517,7 @@ class Sweeper:
 
     def __init__(
         self,
-        saver: DeterministicSaver,
+        saver: SweepingSaver,
         policy: RetentionPolicy,
         *,
         interval: _dt.timedelta = _dt.timedelta(minutes=60),
