@@ -41,6 +41,7 @@ PUBLIC_MODULES: tuple[str, ...] = (
     "langgraph_deterministic.embedded",
     "langgraph_deterministic.pool",
     "langgraph_deterministic.server",
+    "langgraph_deterministic.retention",
     "langgraph_deterministic.errors",
 )
 #: Public names a module exports on first use (``__getattr__``), outside ``__all__`` so that

@@ -204,6 +204,14 @@ def _cmd_ops(args: argparse.Namespace) -> int:
     except DeterministicError as exc:
         _error(args, str(exc))
         return EXIT_USAGE
+    except psycopg.Error as exc:  # one the command did not expect (a missing grant)
+        translated = translate_error(exc)
+        if translated is exc:
+            _error(args, f"the {args.command} failed in Postgres: {exc}; it wrote nothing it "
+                   "had not finished.")  # fmt: skip
+        else:
+            _error(args, str(translated))
+        return EXIT_USAGE
     except Exception as exc:  # not ours: a bug; still exit 2, never the "damage found" 1
         _error(
             args,
