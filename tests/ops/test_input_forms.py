@@ -220,6 +220,42 @@ def test_every_repaired_thread_takes_new_input(planted: dict[str, Any], form: st
                 ), tid
 
 
+_TABLES = ("checkpoints", "checkpoint_blobs", "checkpoint_writes", "lgd_chain", "lgd_runs",
+           "lgd_leases", "lgd_queue", "lgd_journal", "lgd_journal_attempts", "lgd_repairs")  # fmt: skip
+
+
+def test_deleting_a_repaired_thread_takes_its_backups_and_repair_log(planted: dict[str, Any]) -> None:
+    """Runs after the tests that read the repaired threads: it deletes some of them."""
+    dsn = planted["dsn"]
+    with psycopg.connect(dsn) as conn:
+        backups: dict[str, list[str]] = {}
+        for thread, backup in conn.execute(
+            "SELECT thread_id, backup_thread_id FROM lgd_repairs ORDER BY thread_id"
+        ).fetchall():
+            backups.setdefault(thread, []).append(backup)
+    assert len(backups) >= 3, backups
+    one, *several = sorted(backups)[:3]
+    others = sorted(set(planted["kinds"]) - {one, *several})
+
+    def left(threads: list[str]) -> dict[str, int]:
+        with psycopg.connect(dsn) as conn:
+            return {
+                table: conn.execute(
+                    f"SELECT count(*) FROM {table} WHERE thread_id = ANY(%s)", (threads,)
+                ).fetchone()[0]  # type: ignore[index]
+                for table in _TABLES
+            }
+
+    kept = left(others)
+    with DeterministicSaver(dsn) as saver:
+        saver.delete_thread(one)
+        assert set(left([one, *backups[one]]).values()) == {0}
+        saver.prune(several, strategy="delete")
+        gone = [t for s in several for t in (s, *backups[s])]
+        assert set(left(gone).values()) == {0}
+    assert left(others) == kept  # no other thread's rows, its backups' included
+
+
 # --- what repair cannot fix, it refuses: the audit keeps reporting it ------------------
 
 

@@ -133,26 +133,39 @@ ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id, task_id, idx) DO NOTHING
  %(type)s::text, %(blob)s::bytea)
 
 -- name: delete_thread
-WITH c AS (DELETE FROM checkpoints WHERE thread_id = %(thread_id)s),
-     w AS (DELETE FROM checkpoint_writes WHERE thread_id = %(thread_id)s),
-     ch AS (DELETE FROM lgd_chain WHERE thread_id = %(thread_id)s),
-     r AS (DELETE FROM lgd_runs WHERE thread_id = %(thread_id)s),
-     le AS (DELETE FROM lgd_leases WHERE thread_id = %(thread_id)s),
-     q AS (DELETE FROM lgd_queue WHERE thread_id = %(thread_id)s),
-     j AS (DELETE FROM lgd_journal WHERE thread_id = %(thread_id)s),
-     ja AS (DELETE FROM lgd_journal_attempts WHERE thread_id = %(thread_id)s)
-DELETE FROM checkpoint_blobs WHERE thread_id = %(thread_id)s
+-- The thread, and the backups repair made of it with their log rows (lgd_repairs): nothing
+-- of a deleted thread is left behind.
+WITH ids AS (
+    SELECT %(thread_id)s::text AS id
+    UNION SELECT backup_thread_id FROM lgd_repairs WHERE thread_id = %(thread_id)s
+),
+     c AS (DELETE FROM checkpoints WHERE thread_id IN (SELECT id FROM ids)),
+     w AS (DELETE FROM checkpoint_writes WHERE thread_id IN (SELECT id FROM ids)),
+     ch AS (DELETE FROM lgd_chain WHERE thread_id IN (SELECT id FROM ids)),
+     r AS (DELETE FROM lgd_runs WHERE thread_id IN (SELECT id FROM ids)),
+     le AS (DELETE FROM lgd_leases WHERE thread_id IN (SELECT id FROM ids)),
+     q AS (DELETE FROM lgd_queue WHERE thread_id IN (SELECT id FROM ids)),
+     j AS (DELETE FROM lgd_journal WHERE thread_id IN (SELECT id FROM ids)),
+     ja AS (DELETE FROM lgd_journal_attempts WHERE thread_id IN (SELECT id FROM ids)),
+     rp AS (DELETE FROM lgd_repairs WHERE thread_id IN (SELECT id FROM ids))
+DELETE FROM checkpoint_blobs WHERE thread_id IN (SELECT id FROM ids)
 
 -- name: delete_threads
-WITH c AS (DELETE FROM checkpoints WHERE thread_id = ANY(%(thread_ids)s)),
-     w AS (DELETE FROM checkpoint_writes WHERE thread_id = ANY(%(thread_ids)s)),
-     ch AS (DELETE FROM lgd_chain WHERE thread_id = ANY(%(thread_ids)s)),
-     r AS (DELETE FROM lgd_runs WHERE thread_id = ANY(%(thread_ids)s)),
-     le AS (DELETE FROM lgd_leases WHERE thread_id = ANY(%(thread_ids)s)),
-     q AS (DELETE FROM lgd_queue WHERE thread_id = ANY(%(thread_ids)s)),
-     j AS (DELETE FROM lgd_journal WHERE thread_id = ANY(%(thread_ids)s)),
-     ja AS (DELETE FROM lgd_journal_attempts WHERE thread_id = ANY(%(thread_ids)s))
-DELETE FROM checkpoint_blobs WHERE thread_id = ANY(%(thread_ids)s)
+-- As delete_thread, for several threads at once (prune with strategy "delete").
+WITH ids AS (
+    SELECT unnest(%(thread_ids)s::text[]) AS id
+    UNION SELECT backup_thread_id FROM lgd_repairs WHERE thread_id = ANY(%(thread_ids)s)
+),
+     c AS (DELETE FROM checkpoints WHERE thread_id IN (SELECT id FROM ids)),
+     w AS (DELETE FROM checkpoint_writes WHERE thread_id IN (SELECT id FROM ids)),
+     ch AS (DELETE FROM lgd_chain WHERE thread_id IN (SELECT id FROM ids)),
+     r AS (DELETE FROM lgd_runs WHERE thread_id IN (SELECT id FROM ids)),
+     le AS (DELETE FROM lgd_leases WHERE thread_id IN (SELECT id FROM ids)),
+     q AS (DELETE FROM lgd_queue WHERE thread_id IN (SELECT id FROM ids)),
+     j AS (DELETE FROM lgd_journal WHERE thread_id IN (SELECT id FROM ids)),
+     ja AS (DELETE FROM lgd_journal_attempts WHERE thread_id IN (SELECT id FROM ids)),
+     rp AS (DELETE FROM lgd_repairs WHERE thread_id IN (SELECT id FROM ids))
+DELETE FROM checkpoint_blobs WHERE thread_id IN (SELECT id FROM ids)
 
 -- name: no_jit
 -- For the rest of this transaction (the batch's pipeline): no JIT compilation. The
