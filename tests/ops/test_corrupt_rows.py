@@ -149,3 +149,23 @@ def test_the_fix_the_errors_name_works_delete_thread_clears_them(corrupt_db: str
             assert saver.get_tuple(run_config(kind, "after")) is None
     faults = {t: {f.fault for f in fs} for t, fs in audit(corrupt_db).by_thread().items()}
     assert not any("unreadable" in f for f in faults.values()), faults
+
+
+def test_a_run_with_corrupt_channel_versions_can_still_be_rolled_back(pg_server_dsn: str) -> None:
+    """lgd_rollback_run_v3 (multitask rollback, a takeover of a dead run) read every deleted
+    checkpoint's channel_versions with jsonb_each_text, which raises on a non-object: the
+    thread could never take its next run (migration 0027 guards it)."""
+    dsn = create_database(pg_server_dsn, prefix="lgd_corrupt_rb")
+    try:
+        with DeterministicSaver(dsn) as saver:
+            saver.setup()
+            _graph(saver).invoke({"messages": [("user", "hi")]}, run_config("rb", "rb-1"))
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            assert conn.execute(CORRUPTIONS["versions_are_a_string"], ("rb",)).rowcount >= 1
+            (deleted,) = conn.execute("SELECT lgd_rollback_run_v3('rb', 'rb-1', 'rb-2')").fetchone()  # type: ignore[misc]
+            assert deleted >= 1
+            left = conn.execute("SELECT count(*) FROM checkpoints WHERE thread_id = 'rb'").fetchone()
+            status = conn.execute("SELECT status FROM lgd_runs WHERE run_id = 'rb-1'").fetchone()
+        assert left == (0,) and status == ("rolled_back",)
+    finally:
+        drop_database(pg_server_dsn, database_name(dsn))

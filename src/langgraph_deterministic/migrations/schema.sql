@@ -446,7 +446,7 @@ $$;
 CREATE OR REPLACE FUNCTION lgd_queue_channel_v3(p_thread TEXT) RETURNS TEXT
 LANGUAGE sql IMMUTABLE AS $$ SELECT 'lgd_q_' || left(md5(p_thread), 24) $$;
 
--- migration 0014_pre_thread_leases
+-- migration 0027_pre_rollback_guard
 CREATE OR REPLACE FUNCTION lgd_rollback_run_v3(p_thread TEXT, p_run TEXT, p_by TEXT)
 RETURNS integer LANGUAGE plpgsql AS $$
 DECLARE
@@ -469,6 +469,7 @@ BEGIN
     ), freed AS (
         SELECT DISTINCT d.checkpoint_ns, v.key AS channel, v.value AS version
         FROM doomed d CROSS JOIN LATERAL jsonb_each_text(d.versions) AS v
+        WHERE jsonb_typeof(d.versions) = 'object'  -- a corrupt row frees no blob, raises nothing
     ), blobs AS (
         DELETE FROM checkpoint_blobs b USING freed f
         WHERE b.thread_id = p_thread AND b.checkpoint_ns = f.checkpoint_ns
@@ -1020,7 +1021,8 @@ INSERT INTO langgraph_deterministic_migrations (version, name, phase) VALUES
     (23, 'pending_fence_v7', 'pre'),
     (24, 'contract_v4', 'pre'),
     (25, 'lost_writes', 'pre'),
-    (26, 'retention', 'pre');
+    (26, 'retention', 'pre'),
+    (27, 'rollback_guard', 'pre');
 
 -- migration 0026_pre_retention
 CREATE OR REPLACE FUNCTION lgd_thread_footprint_v1(p_ids TEXT[])
