@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from typing import Final
+from typing import Any, Final
 
 import psycopg
 from psycopg.conninfo import conninfo_to_dict
@@ -26,7 +26,7 @@ _AUTH: Final = (
 )
 
 
-__all__ = ["check", "explain", "parse", "redact"]
+__all__ = ["check", "connect", "explain", "parse", "redact"]
 
 
 def _ends(text: str) -> str:
@@ -62,14 +62,30 @@ def explain(exc: psycopg.OperationalError, dsn: str, source: str) -> Determinist
     )
 
 
-def check(dsn: str, source: str, *, timeout_s: int = 10) -> None:
-    """Connect once to ``dsn``; raise :func:`explain`'s error when that fails."""
+def connect(
+    dsn: str,
+    *,
+    source: str = "the DSN",
+    application_name: str = "langgraph-deterministic ops",
+    options: str | None = None,
+    timeout_s: int = 10,
+) -> psycopg.Connection[Any]:
+    """The one way ops connects: an autocommit connection to ``dsn`` (taken from
+    ``source``), or :func:`explain`'s error naming the cause and the fix."""
     parse(dsn, source)
     try:
-        with psycopg.connect(dsn, connect_timeout=timeout_s, autocommit=True):
-            pass
+        return psycopg.connect(  # a None option is left out of the connection string
+            dsn, autocommit=True, connect_timeout=timeout_s,
+            application_name=application_name, options=options,
+        )  # fmt: skip
     except psycopg.OperationalError as exc:
         raise explain(exc, dsn, source) from chained(exc, dsn)
+
+
+def check(dsn: str, source: str, *, timeout_s: int = 10) -> None:
+    """Connect once to ``dsn``; raise :func:`explain`'s error when that fails."""
+    with connect(dsn, source=source, timeout_s=timeout_s):
+        pass
 
 
 def parse(dsn: str, source: str) -> None:

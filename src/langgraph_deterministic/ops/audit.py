@@ -352,17 +352,7 @@ def connect(
     options = f"-c statement_timeout={int(statement_timeout_ms)} -c lock_timeout=2000"
     if work_mem is not None:
         options += f" -c work_mem={work_mem}"
-    _connect.parse(dsn, "the DSN")
-    try:
-        return psycopg.connect(
-            dsn,
-            autocommit=True,
-            connect_timeout=10,
-            application_name="langgraph-deterministic ops",
-            options=options,
-        )
-    except psycopg.OperationalError as exc:
-        raise _connect.explain(exc, dsn, "the DSN") from chained(exc, dsn)
+    return _connect.connect(dsn, options=options)
 
 
 def _check_schema(conn: psycopg.Connection[Any]) -> bool:

@@ -223,13 +223,7 @@ def uninstall(
     policy = _migrate.LockPolicy(timeout=lock_timeout, retries=lock_retries)
     report = UninstallReport(dry_run=dry_run)
     started = time.perf_counter()
-    _connect.parse(dsn, "the DSN")
-    try:
-        conn = psycopg.connect(dsn, autocommit=True, connect_timeout=10,
-                               application_name="langgraph-deterministic uninstall")  # fmt: skip
-    except psycopg.OperationalError as exc:
-        raise _connect.explain(exc, dsn, "the DSN") from chained(exc, dsn)
-    with conn:
+    with _connect.connect(dsn, application_name="langgraph-deterministic uninstall") as conn:
         try:
             if dry_run:
                 report.steps = plan(conn)
