@@ -96,7 +96,7 @@ def rows_of(dsn: str, threads: list[str]) -> list[Any]:
     with psycopg.connect(dsn) as conn:
         return [
             conn.execute(
-                f"SELECT * FROM {table} WHERE thread_id = ANY(%s) ORDER BY 1, 2, 3, 4",
+                f"SELECT * FROM {table} WHERE thread_id = ANY(%s) ORDER BY 1, 2, 3, 4, 5",
                 (threads,),
             ).fetchall()
             for table in ("checkpoints", "checkpoint_blobs", "checkpoint_writes")
