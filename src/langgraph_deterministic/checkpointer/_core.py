@@ -913,7 +913,7 @@ def get_run(codec: Codec, thread_id: str, run_id: str) -> Operation[RunRecord | 
 
 
 def delete_thread(thread_id: str) -> Operation[None]:
-    yield Batch.write(Statement(queries()["delete_thread"], {"thread_id": str(thread_id)}))
+    yield Batch.write(Statement(queries()["delete_threads"], {"thread_ids": [str(thread_id)]}))
 
 
 def delete_for_runs(run_ids: Sequence[str]) -> Operation[None]:

@@ -132,26 +132,9 @@ ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id, task_id, idx) DO NOTHING
 (%(task_id)s::text, %(task_path)s::text, %(idx)s::integer, %(channel)s::text,
  %(type)s::text, %(blob)s::bytea)
 
--- name: delete_thread
--- The thread, and the backups repair made of it with their log rows (lgd_repairs): nothing
--- of a deleted thread is left behind.
-WITH ids AS (
-    SELECT %(thread_id)s::text AS id
-    UNION SELECT backup_thread_id FROM lgd_repairs WHERE thread_id = %(thread_id)s
-),
-     c AS (DELETE FROM checkpoints WHERE thread_id IN (SELECT id FROM ids)),
-     w AS (DELETE FROM checkpoint_writes WHERE thread_id IN (SELECT id FROM ids)),
-     ch AS (DELETE FROM lgd_chain WHERE thread_id IN (SELECT id FROM ids)),
-     r AS (DELETE FROM lgd_runs WHERE thread_id IN (SELECT id FROM ids)),
-     le AS (DELETE FROM lgd_leases WHERE thread_id IN (SELECT id FROM ids)),
-     q AS (DELETE FROM lgd_queue WHERE thread_id IN (SELECT id FROM ids)),
-     j AS (DELETE FROM lgd_journal WHERE thread_id IN (SELECT id FROM ids)),
-     ja AS (DELETE FROM lgd_journal_attempts WHERE thread_id IN (SELECT id FROM ids)),
-     rp AS (DELETE FROM lgd_repairs WHERE thread_id IN (SELECT id FROM ids))
-DELETE FROM checkpoint_blobs WHERE thread_id IN (SELECT id FROM ids)
-
 -- name: delete_threads
--- As delete_thread, for several threads at once (prune with strategy "delete").
+-- The threads (delete_thread, prune with strategy "delete"), and the backups repair made
+-- of them with their log rows (lgd_repairs): nothing of a deleted thread is left behind.
 WITH ids AS (
     SELECT unnest(%(thread_ids)s::text[]) AS id
     UNION SELECT backup_thread_id FROM lgd_repairs WHERE thread_id = ANY(%(thread_ids)s)
