@@ -39,7 +39,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from devtools.postgres import ensure_database_url  # noqa: E402
 from harness import Timer, WorkloadResult, format_table, side_order  # noqa: E402
 from langgraph_deterministic import DeterministicSaver  # noqa: E402
-from langgraph_deterministic.checkpointer import _core  # noqa: E402
+from langgraph_deterministic.checkpointer import _core, _reads  # noqa: E402
 from scale_db import ScaleSpec, default_plans, ensure, ensure_database  # noqa: E402
 
 READ_TARGET = 1 / 1.2
@@ -173,8 +173,8 @@ def _run(admin: str, args: argparse.Namespace) -> int:
     print("plans of our reads (EXPLAIN ANALYZE of the SQL the core yields):")
     codec = ours._codec
     for label, op in (
-        ("list10_thread5000", _core.list_checkpoints(codec, cfg(next(long5k)), None, None, 10)),
-        ("list10_global_loop", _core.list_checkpoints(codec, None, {"source": "loop"}, None, 10)),
+        ("list10_thread5000", _reads.list_checkpoints(codec, cfg(next(long5k)), None, None, 10)),
+        ("list10_global_loop", _reads.list_checkpoints(codec, None, {"source": "loop"}, None, 10)),
     ):
         print(f"  {label}: {plan_notes(explain(conn, op))}")
     below = [r.name for r in results if r.status() != "ok"]

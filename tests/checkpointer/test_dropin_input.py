@@ -13,7 +13,7 @@ import pytest
 from langchain_core.runnables import RunnableConfig
 
 from langgraph_deterministic import ConfigurationError, DeterministicSaver, run_config
-from langgraph_deterministic.checkpointer._core import MAX_KEY_BYTES
+from langgraph_deterministic.checkpointer._ids import MAX_KEY_BYTES
 
 from .graphs import build_graph, first_input
 

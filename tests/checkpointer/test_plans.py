@@ -15,7 +15,7 @@ from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 from devtools.postgres import create_database, database_name, drop_database
 from langgraph_deterministic import DeterministicSaver
 from langgraph_deterministic._db.batch import Batch, Operation
-from langgraph_deterministic.checkpointer import _core
+from langgraph_deterministic.checkpointer import _core, _reads
 from langgraph_deterministic.checkpointer._rows import Codec
 
 CODEC = Codec(JsonPlusSerializer())
@@ -98,7 +98,7 @@ def _rows_read(plan: dict[str, Any], relation: str) -> int:
 
 
 def _list(config: Any, filter: Any = None, limit: int | None = 10) -> Batch:
-    return _first_batch(_core.list_checkpoints(CODEC, config, filter, None, limit))
+    return _first_batch(_reads.list_checkpoints(CODEC, config, filter, None, limit))
 
 
 @pytest.mark.parametrize("limit", [10, 50])
@@ -123,7 +123,7 @@ def test_global_filtered_list_sorts_small_rows_in_memory(db: str) -> None:
 
 def test_get_tuple_reads_one_checkpoints_blobs_on_a_long_thread(db: str) -> None:
     config = {"configurable": {"thread_id": LONG, "checkpoint_ns": ""}}
-    plan = _explain(db, _first_batch(_core.get_tuple(CODEC, config)))
+    plan = _explain(db, _first_batch(_reads.get_tuple(CODEC, config)))
     assert _rows_read(plan, "checkpoint_blobs") == 2
 
 

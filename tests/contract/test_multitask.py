@@ -153,9 +153,9 @@ def test_an_enqueued_run_starts_when_the_holder_returns(db: str, saver: Determin
         ).fetchone() == (0,):
             conn.commit()
     # The holder returns: its release wakes the waiter (NOTIFY).
-    from langgraph_deterministic.checkpointer import _core
+    from langgraph_deterministic.checkpointer import _admission
 
-    saver._run(_core.release_lease(HeldLease("queue", "other", "x"), "ok"))
+    saver._run(_admission.release_lease(HeldLease("queue", "other", "x"), "ok"))
     waiter.join(timeout=60)
     assert done and done[0]["messages"][-1].content == "re: two"
     assert saver.get_run("queue", "r2").multitask_outcome == "enqueued"  # type: ignore[union-attr]

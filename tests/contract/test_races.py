@@ -413,7 +413,7 @@ def test_a_killed_late_retry_of_a_finished_run_changes_nothing(
 def test_a_release_wakes_the_waiter_whose_ticket_it_names(db: str) -> None:
     """A waiter is woken by the NOTIFY lgd_wake_queue_v4 sends, not by its pause running
     out (which would take the 30 s given here); another ticket stays asleep."""
-    from langgraph_deterministic.checkpointer._core import queue_channel
+    from langgraph_deterministic.checkpointer._admission import queue_channel
     from langgraph_deterministic.checkpointer._waiting import listener_for
 
     listener = listener_for(db, {})

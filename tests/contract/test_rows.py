@@ -625,7 +625,7 @@ def test_a_release_alone_commits_without_waiting_for_the_wal_flush(db: str) -> N
     """The lease release with nothing riding along turns synchronous_commit off for its
     own transaction only (its loss in a server crash is a lease that expires); with
     pending writes riding along it is durable as any write."""
-    from langgraph_deterministic.checkpointer import _core
+    from langgraph_deterministic.checkpointer import _admission
     from langgraph_deterministic.checkpointer._ledger import HeldLease
 
     DeterministicSaver(db).setup()
@@ -634,7 +634,7 @@ def test_a_release_alone_commits_without_waiting_for_the_wal_flush(db: str) -> N
         (server,) = conn.execute("SHOW synchronous_commit").fetchone() or ("?",)
         conn.rollback()
         for lazy, inside in ((True, "off"), (False, server)):
-            (st,) = next(_core.release_lease(held, "ok", lazy=lazy)).statements
+            (st,) = next(_admission.release_lease(held, "ok", lazy=lazy)).statements
             conn.execute(st.sql, st.params)
             assert conn.execute("SHOW synchronous_commit").fetchone() == (inside,)
             conn.commit()

@@ -18,7 +18,7 @@ from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 
 from langgraph_deterministic._db.batch import Batch, Operation, Results, Statement, run
 from langgraph_deterministic._db.queries import queries
-from langgraph_deterministic.checkpointer import _core
+from langgraph_deterministic.checkpointer import _statements
 from langgraph_deterministic.checkpointer._rows import Codec
 
 CODEC = Codec(JsonPlusSerializer())
@@ -31,9 +31,9 @@ def query_name(sql: str) -> str:
     if sql.startswith(("LISTEN ", "UNLISTEN ")):
         return sql.split(" ", 1)[0].lower()
     # guarded_write(s) and riding_write(s) as sent: one template, with or without its
-    # {lease_probe} (_core._block)
+    # {lease_probe} (_statements._block)
     composed = ("guarded_write", "guarded_writes", "riding_write", "riding_writes")
-    blocks = {**queries(), **{name: _core._block(name) for name in composed}}
+    blocks = {**queries(), **{name: _statements._block(name) for name in composed}}
     for name, text in blocks.items():
         if sql == text:
             return name

@@ -17,13 +17,13 @@ from langgraph.types import Send
 from langgraph_deterministic import run_config
 from langgraph_deterministic._compat.langgraph import INTERRUPT, NULL_TASK_ID
 from langgraph_deterministic._db import batch as _batch
-from langgraph_deterministic.checkpointer import _core, _rows
+from langgraph_deterministic.checkpointer import _admission, _core, _reads, _rows, _statements
 from langgraph_deterministic.checkpointer._keys import (
     ATTEMPT_KEY,
     FINGERPRINT_KEY,
     GRAPH_RUN_MARKER,
 )
-from langgraph_deterministic.checkpointer._ledger import HeldLease
+from langgraph_deterministic.checkpointer._ledger import Admission, HeldLease
 from langgraph_deterministic.checkpointer.contract import RunContract
 from langgraph_deterministic.errors import (
     ConcurrentRunError,
@@ -101,7 +101,7 @@ def test_get_tuple_is_one_read_and_maps_blobs_inline_values_and_sorted_writes() 
     # an "empty" blob (a channel emptied at that version) is not a value
     row = (*row[:6], [*row[6], "gone"], [*row[7], "empty"], [*row[8], b""], *row[9:])
     db = FakeDb().on("select_checkpoint", [row])
-    found = db.run(_core.get_tuple(CODEC, {"configurable": {"thread_id": "t1"}}))
+    found = db.run(_reads.get_tuple(CODEC, {"configurable": {"thread_id": "t1"}}))
     assert db.names() == [["select_checkpoint"]]
     (statement,) = db.batches[0].statements
     assert statement.params == {"thread_id": "t1", "checkpoint_ns": ""}
@@ -121,7 +121,7 @@ def test_get_tuple_is_one_read_and_maps_blobs_inline_values_and_sorted_writes() 
 def test_get_tuple_addressed_reads_that_checkpoint_and_none_when_missing() -> None:
     db = FakeDb()
     config = {"configurable": {"thread_id": "t1", "checkpoint_ns": "sub:1", "checkpoint_id": "c9"}}
-    assert db.run(_core.get_tuple(CODEC, config)) is None
+    assert db.run(_reads.get_tuple(CODEC, config)) is None
     (statement,) = db.batches[0].statements
     assert statement.params == {"thread_id": "t1", "checkpoint_ns": "sub:1", "checkpoint_id": "c9"}
     assert "c.checkpoint_id = %(checkpoint_id)s" in statement.sql
@@ -130,7 +130,7 @@ def test_get_tuple_addressed_reads_that_checkpoint_and_none_when_missing() -> No
 def test_get_tuple_without_thread_id_refuses_before_any_batch() -> None:
     db = FakeDb()
     with pytest.raises(ConfigurationError, match=r"configurable\.thread_id"):
-        db.run(_core.get_tuple(CODEC, {"configurable": {}}))
+        db.run(_reads.get_tuple(CODEC, {"configurable": {}}))
     assert db.batches == []
 
 
@@ -141,7 +141,7 @@ def test_v3_checkpoint_gets_its_parents_pending_sends_in_the_tasks_channel() -> 
     sends = [Send("work", {"part": 0}), Send("work", {"part": 1})]
     row = checkpoint_row("c2", parent="c1", v=3, versions={"a": V1, "b": V3, "c": V2})
     db = FakeDb().on("select_checkpoint", [row]).on("pending_sends", [sends_row("c1", sends)])
-    found = db.run(_core.get_tuple(CODEC, {"configurable": {"thread_id": "t1"}}))
+    found = db.run(_reads.get_tuple(CODEC, {"configurable": {"thread_id": "t1"}}))
     assert db.names() == [["select_checkpoint"], ["pending_sends"]]
     (asked,) = db.sent("pending_sends")
     assert asked.params == {"thread_ids": ["t1"], "checkpoint_ns": [""], "checkpoint_ids": ["c1"]}
@@ -158,7 +158,7 @@ def test_v3_checkpoint_without_versions_gets_a_first_version_for_its_sends() -> 
         .on("select_checkpoint", [row])
         .on("pending_sends", [sends_row("c1", [Send("n", 1)])])
     )
-    found = db.run(_core.get_tuple(CODEC, {"configurable": {"thread_id": "t1"}}))
+    found = db.run(_reads.get_tuple(CODEC, {"configurable": {"thread_id": "t1"}}))
     assert found is not None
     assert found.checkpoint["channel_versions"][TASKS].startswith(f"{1:032}.")
 
@@ -173,7 +173,7 @@ def test_v3_checkpoint_without_versions_gets_a_first_version_for_its_sends() -> 
 )
 def test_no_pending_sends_read_when_there_can_be_none(row: tuple[Any, ...]) -> None:
     db = FakeDb().on("select_checkpoint", [row])
-    found = db.run(_core.get_tuple(CODEC, {"configurable": {"thread_id": "t1"}}))
+    found = db.run(_reads.get_tuple(CODEC, {"configurable": {"thread_id": "t1"}}))
     assert db.names() == [["select_checkpoint"]]
     assert found is not None and TASKS not in found.checkpoint["channel_values"]
 
@@ -190,7 +190,7 @@ def test_list_folds_sends_of_every_old_checkpoint_with_one_read() -> None:
         .on("pending_sends", [sends_row("c2", [Send("x", 2)]), sends_row("c1", [Send("x", 1)])])
     )
     listed = db.run(
-        _core.list_checkpoints(CODEC, {"configurable": {"thread_id": "t1"}}, None, None, None)
+        _reads.list_checkpoints(CODEC, {"configurable": {"thread_id": "t1"}}, None, None, None)
     )
     assert db.names() == [["list"], ["pending_sends"]]
     assert db.sent("pending_sends")[0].params["checkpoint_ids"] == ["c2", "c1"]  # the parents
@@ -217,7 +217,7 @@ def test_a_global_list_folds_each_threads_own_sends() -> None:
             ],
         )
     )
-    listed = db.run(_core.list_checkpoints(CODEC, None, None, None, None))
+    listed = db.run(_reads.list_checkpoints(CODEC, None, None, None, None))
     (asked,) = db.sent("pending_sends")
     assert asked.params == {
         "thread_ids": ["ta", "tb"], "checkpoint_ns": ["", ""], "checkpoint_ids": ["c1", "c1"],
@@ -234,7 +234,7 @@ def test_a_global_list_folds_each_threads_own_sends() -> None:
 def test_list_statement_filters_by_run_id_through_its_index_and_keeps_containment() -> None:
     before = {"configurable": {"thread_id": "t1", "checkpoint_id": "c5"}}
     config = {"configurable": {"thread_id": "t1", "checkpoint_ns": ""}}
-    batch = next(_core.list_checkpoints(CODEC, config, {"run_id": "r1", "step": 2}, before, 3))
+    batch = next(_reads.list_checkpoints(CODEC, config, {"run_id": "r1", "step": 2}, before, 3))
     (statement,) = batch.statements
     # One fixed statement: a NULL parameter drops its condition. Unprepared, so Postgres
     # plans it with the values and folds the dropped ones away (test_plans.py EXPLAINs it).
@@ -250,7 +250,7 @@ def test_list_statement_filters_by_run_id_through_its_index_and_keeps_containmen
 
 
 def test_list_without_run_id_filter_or_limit() -> None:
-    batch = next(_core.list_checkpoints(CODEC, None, {"source": "loop"}, None, None))
+    batch = next(_reads.list_checkpoints(CODEC, None, {"source": "loop"}, None, None))
     (statement,) = batch.statements
     params = dict(statement.params or {})
     assert params.pop("filter").obj == {"source": "loop"}
@@ -290,7 +290,7 @@ def test_put_without_contract_keeps_primitives_inline_and_blobs_only_new_version
 def test_a_puts_blobs_beyond_rows_max_go_in_statements_of_their_own() -> None:
     """At most ROWS_MAX rows per statement (a few fixed shapes get prepared): the first
     blobs in insert_blobs statements, the last ones with the checkpoint."""
-    n = _core.ROWS_MAX + 3
+    n = _statements.ROWS_MAX + 3
     values = {f"ch{i}": [i] for i in range(n)}
     config = graph_config(checkpoint_id="c1", attempt="att-1")
     db = FakeDb()
@@ -299,7 +299,7 @@ def test_a_puts_blobs_beyond_rows_max_go_in_statements_of_their_own() -> None:
     )
     assert db.names() == [["insert_blobs", "put_with"]]
     first, last = db.batches[0].statements
-    assert first.sql.count("::bytea") == _core.ROWS_MAX and last.sql.count("::bytea") == 3
+    assert first.sql.count("::bytea") == _statements.ROWS_MAX and last.sql.count("::bytea") == 3
     assert "lgd_put_checkpoint_v6" in last.sql
     sent = [p[f"channel_{i}"] for p in (first.params, last.params) for i in range(n) if f"channel_{i}" in p]  # type: ignore[operator,index]
     assert sent == list(values)
@@ -330,15 +330,15 @@ def test_writes_riding_with_their_put_leave_the_lease_check_to_it() -> None:
 def test_regular_writes_go_in_one_fenced_statement_special_ones_one_per_row() -> None:
     config = graph_config(checkpoint_id="c1", attempt="att-1")
     db = FakeDb()
-    writes = [(f"ch{i}", i) for i in range(_core.ROWS_MAX + 1)]
+    writes = [(f"ch{i}", i) for i in range(_statements.ROWS_MAX + 1)]
     db.run(_core.put_writes(CODEC, config, writes, "task-1", "p", RunContract()))
     db.run(_core.put_writes(CODEC, config, [("__error__", "boom")], "task-1", "p", RunContract()))
     assert db.names() == [["guarded_writes", "guarded_writes"], ["guarded_write"]]
     chunk, rest = db.batches[0].statements
     params = chunk.params or {}
     assert (params["slot"], params["attempt"], params["run_id"]) == ("c1", "att-1", "r1")
-    assert [params[f"idx_{i}"] for i in range(_core.ROWS_MAX)] == list(range(_core.ROWS_MAX))
-    assert (rest.params or {})["idx_0"] == _core.ROWS_MAX
+    assert [params[f"idx_{i}"] for i in range(_statements.ROWS_MAX)] == list(range(_statements.ROWS_MAX))
+    assert (rest.params or {})["idx_0"] == _statements.ROWS_MAX
     (special,) = db.sent("guarded_write")
     assert special.many and [r["replace"] for r in special.params or ()] == [True]
 
@@ -465,7 +465,7 @@ def test_first_run_on_a_new_thread_is_admitted_in_one_round_trip() -> None:
         .on("admit", [admit_row("admitted", holder=None)])
         .on("select_head_with_run", NEW_THREAD)
     )
-    assert db.run(_core.get_tuple(CODEC, config, RunContract())) is None
+    assert db.run(_reads.get_tuple(CODEC, config, RunContract())) is None
     assert db.names() == [["admit", "select_head_with_run"]]
     (admit,) = db.sent("admit")
     assert admit.params is not None and admit.params["strategy"] == "reject"
@@ -480,7 +480,7 @@ def test_a_run_that_found_its_thread_empty_closes_no_run_with_its_writes() -> No
     for head, closes in ((NEW_THREAD, None), (head_with_run(checkpoint_row("c0")), "superseded")):
         config = graph_config()
         db = FakeDb().on("admit", [admit_row("admitted", holder=None)])
-        db.on("select_head_with_run", head).run(_core.get_tuple(CODEC, config, RunContract()))
+        db.on("select_head_with_run", head).run(_reads.get_tuple(CODEC, config, RunContract()))
         config["configurable"]["checkpoint_id"] = "c1"  # a write after its first one
         db = FakeDb()
         db.run(_core.put(CODEC, config, _checkpoint({}), {"source": "loop"}, {}, RunContract()))
@@ -499,7 +499,7 @@ def test_an_attempt_s_ledger_row_is_written_by_its_first_committed_write_only() 
         config["configurable"].pop("checkpoint_id", None)  # the thread's head
         db = FakeDb().on("admit", [admit_row("admitted", holder=None)])
         db.on("select_head_with_run", head_with_run(checkpoint_row("c0")))
-        db.run(_core.get_tuple(CODEC, config, RunContract()))
+        db.run(_reads.get_tuple(CODEC, config, RunContract()))
 
     def put(cid: str, parent: str, db: FakeDb | None = None) -> Any:
         db = db or FakeDb()
@@ -533,7 +533,7 @@ def test_admitted_run_gets_its_attempt_token_in_the_loaded_config() -> None:
         .on("admit", [admit_row("admitted", holder=None)])
         .on("select_head_with_run", head_with_run(row))
     )
-    found = db.run(_core.get_tuple(CODEC, graph_config(attempt="runner-att"), RunContract()))
+    found = db.run(_reads.get_tuple(CODEC, graph_config(attempt="runner-att"), RunContract()))
     assert found is not None
     assert found.config["configurable"][ATTEMPT_KEY] == "runner-att"  # the runner's own
     assert db.sent("admit")[0].params["attempt"] == "runner-att"  # type: ignore[index]
@@ -542,7 +542,7 @@ def test_admitted_run_gets_its_attempt_token_in_the_loaded_config() -> None:
 def test_busy_thread_is_refused_without_touching_the_lease() -> None:
     db = FakeDb().on("admit", [admit_row("busy")]).on("select_head_with_run", NEW_THREAD)
     with pytest.raises(ThreadBusyError, match="'r0' is running"):
-        db.run(_core.get_tuple(CODEC, graph_config(), RunContract()))
+        db.run(_reads.get_tuple(CODEC, graph_config(), RunContract()))
     assert db.names() == [["admit", "select_head_with_run"]]
 
 
@@ -556,7 +556,7 @@ def test_a_refused_start_gives_the_admitted_lease_back() -> None:
         .on("select_head_with_run", head_with_run(row))
     )
     with pytest.raises(RunInputMismatchError):
-        db.run(_core.get_tuple(CODEC, graph_config(fingerprint="input:changed"), RunContract()))
+        db.run(_reads.get_tuple(CODEC, graph_config(fingerprint="input:changed"), RunContract()))
     assert db.names() == [["admit", "select_head_with_run"], ["unadmit"]]
     (unadmit,) = db.sent("unadmit")
     assert unadmit.params is not None
@@ -580,7 +580,7 @@ def test_a_journaled_run_is_admitted_by_lgd_journal_admit_v1_in_the_same_round_t
             .on(query, [(*admit_row("admitted", holder=None), fence)])
             .on("select_head_with_run", NEW_THREAD)
         )
-        assert db.run(_core.get_tuple(CODEC, config, RunContract(), journal)) is None
+        assert db.run(_reads.get_tuple(CODEC, config, RunContract(), journal)) is None
         assert db.names() == [[query, "select_head_with_run"]]
         held = config["callbacks"][0].held
         expected = fence if query == "journal_admit" else None
@@ -596,7 +596,7 @@ def test_a_refused_journaled_start_undoes_the_registration_with_the_lease() -> N
     )
     config = graph_config(fingerprint="input:changed", attempt="runner-att")
     with pytest.raises(RunInputMismatchError):
-        db.run(_core.get_tuple(CODEC, config, RunContract(), "runner-att"))
+        db.run(_reads.get_tuple(CODEC, config, RunContract(), "runner-att"))
     assert db.names() == [["journal_admit", "select_head_with_run"], ["unadmit", "journal_unadmit"]]
     (undo,) = db.sent("journal_unadmit")
     assert undo.params == {"thread_id": "t1", "attempt": "runner-att"}
@@ -611,11 +611,11 @@ def test_enqueued_run_waits_and_is_admitted_with_its_ticket() -> None:
         .on("select_head_with_run", NEW_THREAD)
     )
     contract = RunContract(lease_ttl=2.0)
-    assert db.run(_core.get_tuple(CODEC, graph_config(strategy="enqueue"), contract)) is None
+    assert db.run(_reads.get_tuple(CODEC, graph_config(strategy="enqueue"), contract)) is None
     assert db.names() == [
         ["admit", "select_head_with_run"], ["wait"], ["admit", "select_head_with_run"],
     ]  # fmt: skip
-    channel = _core.queue_channel("t1")
+    channel = _admission.queue_channel("t1")
     assert db.batches[1].wait == (channel, 0.5)  # a quarter of the lease TTL
     assert db.batches[1].ticket == 7
     assert [s.params["ticket"] for s in db.sent("admit")] == [None, 7]  # type: ignore[index]
@@ -627,7 +627,7 @@ def test_enqueued_run_leaves_the_queue_when_its_timeout_is_spent() -> None:
     )
     with pytest.raises(ThreadBusyError, match=r"waited 0\.0 s in the queue"):
         db.run(
-            _core.get_tuple(CODEC, graph_config(strategy="enqueue"), RunContract(enqueue_timeout=0))
+            _reads.get_tuple(CODEC, graph_config(strategy="enqueue"), RunContract(enqueue_timeout=0))
         )
     assert db.names() == [["admit", "select_head_with_run"], ["leave_queue"]]
     assert db.sent("leave_queue")[0].params == {"thread_id": "t1", "ticket": 3}
@@ -637,7 +637,7 @@ def test_enqueued_run_leaves_the_queue_when_its_timeout_is_spent() -> None:
 def test_unfinished_previous_run_is_refused(strategy: str) -> None:
     db = FakeDb().on("admit", [admit_row("unfinished")]).on("select_head_with_run", NEW_THREAD)
     with pytest.raises(RunUnfinishedError, match="'r0'") as refused:
-        db.run(_core.get_tuple(CODEC, graph_config(strategy=strategy), RunContract()))
+        db.run(_reads.get_tuple(CODEC, graph_config(strategy=strategy), RunContract()))
     # One more read, on the refusal only: how the unfinished run was started.
     assert db.names() == [["admit", "select_head_with_run"], ["run_journaled"]]
     assert db.sent("run_journaled")[0].params["run_id"] == "r0"
@@ -651,7 +651,7 @@ def test_an_unfinished_journaled_run_names_the_runner_as_its_fix() -> None:
         .on("run_journaled", [(1,)])
     )  # fmt: skip
     with pytest.raises(RunUnfinishedError) as refused:
-        db.run(_core.get_tuple(CODEC, graph_config(), RunContract()))
+        db.run(_reads.get_tuple(CODEC, graph_config(), RunContract()))
     assert refused.value.journaled
     assert (
         "DeterministicRunner(journal=PostgresJournal(saver)).invoke(graph, None, "
@@ -668,7 +668,7 @@ def test_late_retry_of_a_finished_run_loads_its_final_checkpoint() -> None:
         .on("select_head_with_run", head_with_run(head, ("done", "c5", "input:aaaa")))
         .on("select_checkpoint", [final])
     )
-    found = db.run(_core.get_tuple(CODEC, graph_config(), RunContract()))
+    found = db.run(_reads.get_tuple(CODEC, graph_config(), RunContract()))
     assert found is not None and found.checkpoint["channel_values"] == {"answer": 42}
     assert db.names() == [["admit", "select_head_with_run"], ["select_checkpoint"]]
     assert db.sent("select_checkpoint")[0].params == {
@@ -681,7 +681,7 @@ def test_run_without_recorder_takes_no_lease() -> None:
     config["callbacks"] = []
     db = FakeDb().on("select_head_with_run", NEW_THREAD)
     with pytest.raises(Exception, match="not made by run_config"):
-        db.run(_core.get_tuple(CODEC, config, RunContract()))
+        db.run(_reads.get_tuple(CODEC, config, RunContract()))
     assert db.names() == [["select_head_with_run"]]  # no admit: the saver would never release
 
 
@@ -741,8 +741,8 @@ def test_put_batch_refused_releases_the_lease_as_failed_and_raises_ours() -> Non
 def test_a_release_alone_does_not_wait_for_the_flush() -> None:
     held = HeldLease("t1", "r1", "att-1")
     db = FakeDb()
-    db.run(_core.release_lease(held, "ok", lazy=True))
-    db.run(_core.release_lease(held, "error"))
+    db.run(_admission.release_lease(held, "ok", lazy=True))
+    db.run(_admission.release_lease(held, "error"))
     assert db.names() == [["release_lease_lazy"], ["release_lease"]]
     assert "set_config('synchronous_commit', 'off', true)" in db.batches[0].statements[0].sql
 
@@ -754,7 +754,7 @@ def test_the_release_of_a_call_that_stored_an_interrupt_marks_its_run_first() ->
     config = graph_config()
     db = FakeDb().on("admit", [admit_row("admitted", holder=None)])
     db.on("select_head_with_run", head_with_run(checkpoint_row("c0")))
-    db.run(_core.get_tuple(CODEC, config, RunContract()))
+    db.run(_reads.get_tuple(CODEC, config, RunContract()))
     recorder = config["callbacks"][0]
     held = recorder.held
     config["configurable"]["checkpoint_id"] = "c1"
@@ -767,7 +767,7 @@ def test_the_release_of_a_call_that_stored_an_interrupt_marks_its_run_first() ->
     recorder.interrupted_at = (held, "c1")
     assert recorder.take_interrupt(HeldLease("t1", "r1", held.attempt)) is None  # not its lease
     db = FakeDb()
-    db.run(_core.release_lease(held, "ok", lazy=True, interrupted_at=at))
+    db.run(_admission.release_lease(held, "ok", lazy=True, interrupted_at=at))
     assert db.names() == [["mark_interrupted", "release_lease"]]  # durable: not lazy
     assert db.sent("mark_interrupted")[0].params == {
         "thread_id": "t1", "run_id": "r1", "attempt": held.attempt, "checkpoint_id": "c1"
@@ -811,7 +811,7 @@ def test_delta_history_orders_writes_oldest_checkpoint_first() -> None:
     ]
     db = FakeDb().on("delta_history", rows)
     config = {"configurable": {"thread_id": "t1", "checkpoint_ns": "", "checkpoint_id": "c4"}}
-    history = db.run(_core.delta_history(CODEC, config, ["log", "other"]))
+    history = db.run(_reads.delta_history(CODEC, config, ["log", "other"]))
     assert [x[2] for x in history["log"]["writes"]] == ["older-a", "older-b", "newest"]
     assert history["log"]["seed"] == ["seed"]
     assert history["other"] == {"writes": []}
@@ -858,7 +858,7 @@ async def test_arun_drives_the_same_operation_as_run() -> None:
         return FakeDb().on("select_checkpoint", [row]).execute(batch)
 
     found = await _batch.arun(
-        _core.get_tuple(CODEC, {"configurable": {"thread_id": "t1"}}), execute
+        _reads.get_tuple(CODEC, {"configurable": {"thread_id": "t1"}}), execute
     )
     assert found is not None and found.checkpoint["channel_values"] == {"n": 1}
 
@@ -881,10 +881,10 @@ async def test_arun_drives_the_same_operation_as_run() -> None:
 def test_an_attempt_that_stored_nothing_undoes_its_admission(
     outcome: str, stored: bool, ended: str, sent: str
 ) -> None:
-    admission = _core.Admission.from_row((*admit_row("admitted")[:9], outcome))
+    admission = Admission.from_row((*admit_row("admitted")[:9], outcome))
     held = HeldLease("t1", "r1", "att-1", admission=admission)
     db = FakeDb()
-    db.run(_core.release_lease(held, ended, lazy=True, stored=stored))
+    db.run(_admission.release_lease(held, ended, lazy=True, stored=stored))
     assert db.names() == [[sent]]
     (st,) = db.sent(sent)
     assert st.params is not None and st.params["thread_id"] == "t1"

@@ -24,7 +24,7 @@ from collections.abc import Awaitable, Callable
 from langchain_core.runnables import RunnableConfig
 
 from langgraph_deterministic._db.batch import Operation, Statement, writes_first
-from langgraph_deterministic.checkpointer import _core
+from langgraph_deterministic.checkpointer import _admission, _core
 from langgraph_deterministic.checkpointer.contract import HeldLease, find_recorder
 
 logger = logging.getLogger("langgraph_deterministic")
@@ -72,12 +72,12 @@ class LeaseKeeper:
             self.forget(held)
             writes = self._pending(held.attempt)
             at = recorder.take_interrupt(held)
-            first = _core.release_lease(
+            first = _admission.release_lease(
                 held, ended, lazy=not writes, interrupted_at=at, stored=stored or bool(writes)
             )
             if not writes:
                 return first, None, 0
-            alone = _core.release_lease(held, ended, lazy=True, interrupted_at=at)
+            alone = _admission.release_lease(held, ended, lazy=True, interrupted_at=at)
             return writes_first(first, writes), alone, len(writes)
 
         if is_async:
@@ -179,7 +179,7 @@ class LeaseKeeper:
                     return
             for lease, ended, stored, tries in failed:
                 try:
-                    self._run(_core.release_lease(lease, ended, lazy=True, stored=stored))
+                    self._run(_admission.release_lease(lease, ended, lazy=True, stored=stored))
                 except Exception as exc:
                     logger.warning("langgraph-deterministic: lease release failed: %s", exc)
                     self._later(lease, ended, stored, tries + 1)

@@ -60,7 +60,7 @@ from langgraph_deterministic._db.batch import (
 )
 from langgraph_deterministic._db.drivers import aexecute, execute
 from langgraph_deterministic._serde import AllowedType, SafeSerializer
-from langgraph_deterministic.checkpointer import _core
+from langgraph_deterministic.checkpointer import _core, _reads
 from langgraph_deterministic.checkpointer._bridge import (
     AwaitableList,
     SyncCallOnLoopError,
@@ -520,11 +520,11 @@ class DeterministicSaver(Lifecycle, Connections, BaseCheckpointSaver[str]):
     def get_run(self, thread_id: str, run_id: str | uuid.UUID) -> RunRecord | None:
         """A run from the ledger, with the checkpoint it wrote last (its final state once
         it has finished); None if this thread has no such run."""
-        return self._run(_core.get_run(self._codec, str(thread_id), str(run_id)))
+        return self._run(_reads.get_run(self._codec, str(thread_id), str(run_id)))
 
     async def aget_run(self, thread_id: str, run_id: str | uuid.UUID) -> RunRecord | None:
         """Async :meth:`get_run`."""
-        return await self._arun(_core.get_run(self._codec, str(thread_id), str(run_id)))
+        return await self._arun(_reads.get_run(self._codec, str(thread_id), str(run_id)))
 
     # -- pending writes of a superstep (see _writebuffer) -------------------------------
 
@@ -619,7 +619,7 @@ class DeterministicSaver(Lifecycle, Connections, BaseCheckpointSaver[str]):
         journal = JOURNAL_ADMISSION.get()
         before, asked = (None, 0.0) if journal is None else (_held(config), time.monotonic())
         attempt = None if journal is None else journal[0]
-        found = self._run(_core.get_tuple(self._codec, config, self.contract, attempt))
+        found = self._run(_reads.get_tuple(self._codec, config, self.contract, attempt))
         self._leases.bind(config, is_async=False)
         _announce("load", config, _found_id(found))
         if journal is not None:
@@ -636,7 +636,7 @@ class DeterministicSaver(Lifecycle, Connections, BaseCheckpointSaver[str]):
     ) -> Iterator[CheckpointTuple]:
         if (pending := self._pending_of(config)) is not None:
             self._run(pending)
-        yield from self._run(_core.list_checkpoints(self._codec, config, filter, before, limit))
+        yield from self._run(_reads.list_checkpoints(self._codec, config, filter, before, limit))
 
     def put(
         self,
@@ -736,7 +736,7 @@ class DeterministicSaver(Lifecycle, Connections, BaseCheckpointSaver[str]):
     def get_delta_channel_history(
         self, *, config: RunnableConfig, channels: Sequence[str]
     ) -> Mapping[str, DeltaChannelHistory]:
-        return self._run(_core.delta_history(self._codec, config, channels))
+        return self._run(_reads.delta_history(self._codec, config, channels))
 
     def get_next_version(self, current: str | None, channel: None) -> str:
         return next_version(current)
@@ -749,7 +749,7 @@ class DeterministicSaver(Lifecycle, Connections, BaseCheckpointSaver[str]):
         journal = JOURNAL_ADMISSION.get()
         before, asked = (None, 0.0) if journal is None else (_held(config), time.monotonic())
         attempt = None if journal is None else journal[0]
-        found = await self._arun(_core.get_tuple(self._codec, config, self.contract, attempt))
+        found = await self._arun(_reads.get_tuple(self._codec, config, self.contract, attempt))
         self._leases.bind(config, is_async=True)
         _announce("load", config, _found_id(found))
         if journal is not None:
@@ -767,7 +767,7 @@ class DeterministicSaver(Lifecycle, Connections, BaseCheckpointSaver[str]):
         if (pending := self._pending_of(config)) is not None:
             await self._arun(pending)
         for item in await self._arun(
-            _core.list_checkpoints(self._codec, config, filter, before, limit)
+            _reads.list_checkpoints(self._codec, config, filter, before, limit)
         ):
             yield item
 
@@ -826,7 +826,7 @@ class DeterministicSaver(Lifecycle, Connections, BaseCheckpointSaver[str]):
         call; a replay never loads the thread again), so its commit releases the lease
         (:meth:`aput_batch`) and the runner keeps it alive meanwhile (:meth:`keep_lease`).
         """
-        found = await self._arun(_core.get_tuple(self._codec, config, self.contract))
+        found = await self._arun(_reads.get_tuple(self._codec, config, self.contract))
         recorder = find_recorder(config)
         held = None
         if recorder is not None:
@@ -856,7 +856,7 @@ class DeterministicSaver(Lifecycle, Connections, BaseCheckpointSaver[str]):
     async def aget_delta_channel_history(
         self, *, config: RunnableConfig, channels: Sequence[str]
     ) -> Mapping[str, DeltaChannelHistory]:
-        return await self._arun(_core.delta_history(self._codec, config, channels))
+        return await self._arun(_reads.delta_history(self._codec, config, channels))
 
 
 def _policy(
