@@ -10,6 +10,7 @@ very code the sync and async drivers run, without a server.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -22,6 +23,8 @@ from langgraph_deterministic.checkpointer import _statements
 from langgraph_deterministic.checkpointer._rows import Codec
 
 CODEC = Codec(JsonPlusSerializer())
+#: A fragment a composed block names, filled in before the statement is sent.
+_PLACEHOLDER = re.compile(r"\{[a-z_]+\}")
 
 Handler = Callable[[Any], Any]
 
@@ -39,16 +42,24 @@ def query_name(sql: str) -> str:
             return name
     if "FROM (SELECT c.thread_id" in sql:
         return "list"
-    # Composed statements: a block with {placeholders} filled in (its text after the last
-    # one must match too), or a block with a WHERE clause appended (select_checkpoint).
-    # The longest matching head and tail win.
+    # Composed statements: a block with {placeholders} filled in (its text between them,
+    # and after the last one, must match too, in order), or a block with a WHERE clause
+    # appended (select_checkpoint). The most matching text wins.
     best, best_len = "", 0
     for name, text in blocks.items():
-        head = text.split("{", 1)[0]
-        tail = text.rsplit("}", 1)[1] if "{" in text else ""
+        pieces = _PLACEHOLDER.split(text)
+        head, tail = pieces[0], pieces[-1] if len(pieces) > 1 else ""
         matches = head and sql.startswith(head) and sql.endswith(tail)
-        if matches and len(head) + len(tail) > best_len:
-            best, best_len = name, len(head) + len(tail)
+        at = len(head)
+        for piece in pieces[1:-1] if matches else ():
+            at = sql.find(piece, at)
+            if at < 0:
+                matches = False
+                break
+            at += len(piece)
+        size = sum(map(len, pieces)) if len(pieces) > 1 else len(head)
+        if matches and size > best_len:
+            best, best_len = name, size
     if not best:
         raise AssertionError(f"statement from no known query block:\n{sql[:300]}")
     return best

@@ -26,7 +26,7 @@ from langgraph_deterministic.checkpointer._loading import (
 )
 from langgraph_deterministic.checkpointer._row_types import CheckpointRow, StartRow
 from langgraph_deterministic.checkpointer._rows import Codec, check_shape, load_tuple
-from langgraph_deterministic.checkpointer._statements import _AT_CHECKPOINT
+from langgraph_deterministic.checkpointer._statements import _AT_CHECKPOINT, _start_read_sql
 from langgraph_deterministic.checkpointer.contract import (
     BRANCHING,
     RUN_ID_KEY,
@@ -82,13 +82,13 @@ def _start_graph_run(
     addressed = get_checkpoint_id(config) if info.addressed else None
     if addressed:
         read = Statement(
-            queries()["select_addressed_with_run"].replace("{select_checkpoint}", select),
+            _start_read_sql("select_addressed_with_run"),
             {"thread_id": thread_id, "run_id": info.run_id, "checkpoint_id": addressed},
             fetch=True,
         )
     else:
         read = Statement(
-            queries()["select_head_with_run"].replace("{select_checkpoint}", select),
+            _start_read_sql("select_head_with_run"),
             {"thread_id": thread_id, "run_id": info.run_id},
             fetch=True,
         )

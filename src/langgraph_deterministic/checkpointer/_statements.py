@@ -37,6 +37,17 @@ def _list_sql() -> str:
     return select.replace(source, f"FROM ({page}) c\n", 1) + "\nORDER BY c.checkpoint_id DESC"
 
 
+@cache
+def _start_read_sql(name: str) -> str:
+    """A graph run's start read (select_head_with_run, select_addressed_with_run) with
+    its fragments filled: the checkpoint (select_checkpoint) and the sweep's tombstones
+    (swept)."""
+    q = queries()
+    return q[name].replace("{select_checkpoint}", q["select_checkpoint"]).replace(
+        "{swept}", q["swept"]
+    )
+
+
 def _riding(statement: Statement) -> Statement:
     """A fenced pending write sent before its checkpoint's child in the child's
     transaction, without its own lease check: the child's lgd_put_checkpoint_v6 checks the

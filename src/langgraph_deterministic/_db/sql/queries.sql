@@ -413,19 +413,12 @@ LEFT JOIN checkpoint_blobs b
  AND b.version = w.checkpoint -> 'channel_versions' ->> ch
 WHERE jsonb_typeof(w.checkpoint -> 'channel_values' -> ch) <> 'null' OR b.channel IS NOT NULL
 
--- name: select_head_with_run
--- The latest root checkpoint of a thread (as select_checkpoint) plus, when it was not
--- written by the calling run, that run's ledger row: the start checks of a graph run in
--- one round trip. Always returns one row (NULLs when the thread is new). The last four
--- columns: the run's tombstone and the thread's, when a retention sweep removed them
--- (migration 0026).
-WITH head AS (
-    {select_checkpoint}
-    WHERE c.thread_id = %(thread_id)s AND c.checkpoint_ns = ''
-    ORDER BY c.checkpoint_id DESC LIMIT 1
-)
-SELECT head.*, r.status, r.last_checkpoint_id, r.input_fingerprint,
-       (SELECT s.swept_at FROM lgd_swept_runs s
+-- name: swept
+-- The last four columns of select_head_with_run and select_addressed_with_run ({swept},
+-- filled by _statements._start_read_sql): the calling run's tombstone and its thread's,
+-- when a retention sweep removed them (migration 0026). Indented as where it stands, so
+-- the statements sent are the text they were before it was one block.
+(SELECT s.swept_at FROM lgd_swept_runs s
         WHERE s.thread_id = %(thread_id)s AND s.run_id = %(run_id)s) AS run_swept_at,
        (SELECT s.strategy FROM lgd_swept_runs s
         WHERE s.thread_id = %(thread_id)s AND s.run_id = %(run_id)s) AS run_swept_strategy,
@@ -433,6 +426,20 @@ SELECT head.*, r.status, r.last_checkpoint_id, r.input_fingerprint,
         WHERE t.thread_id = %(thread_id)s) AS thread_swept_at,
        (SELECT t.kept_checkpoint_id FROM lgd_swept_threads t
         WHERE t.thread_id = %(thread_id)s) AS thread_kept
+
+-- name: select_head_with_run
+-- The latest root checkpoint of a thread (as select_checkpoint) plus, when it was not
+-- written by the calling run, that run's ledger row: the start checks of a graph run in
+-- one round trip. Always returns one row (NULLs when the thread is new). The last four
+-- columns ({swept}): the run's tombstone and the thread's, when a retention sweep removed
+-- them.
+WITH head AS (
+    {select_checkpoint}
+    WHERE c.thread_id = %(thread_id)s AND c.checkpoint_ns = ''
+    ORDER BY c.checkpoint_id DESC LIMIT 1
+)
+SELECT head.*, r.status, r.last_checkpoint_id, r.input_fingerprint,
+       {swept}
 FROM (SELECT 1) AS one
 LEFT JOIN head ON true
 LEFT JOIN lgd_runs r
@@ -451,14 +458,7 @@ WITH head AS (
 SELECT head.*, r.status, r.last_checkpoint_id, r.input_fingerprint,
        (SELECT max(l.checkpoint_id) FROM checkpoints l
         WHERE l.thread_id = %(thread_id)s AND l.checkpoint_ns = '') AS latest,
-       (SELECT s.swept_at FROM lgd_swept_runs s
-        WHERE s.thread_id = %(thread_id)s AND s.run_id = %(run_id)s) AS run_swept_at,
-       (SELECT s.strategy FROM lgd_swept_runs s
-        WHERE s.thread_id = %(thread_id)s AND s.run_id = %(run_id)s) AS run_swept_strategy,
-       (SELECT t.swept_at FROM lgd_swept_threads t
-        WHERE t.thread_id = %(thread_id)s) AS thread_swept_at,
-       (SELECT t.kept_checkpoint_id FROM lgd_swept_threads t
-        WHERE t.thread_id = %(thread_id)s) AS thread_kept
+       {swept}
 FROM (SELECT 1) AS one
 LEFT JOIN head ON true
 LEFT JOIN lgd_runs r
