@@ -89,6 +89,10 @@ class WorkerLocal(Generic[T]):
         _LOCALS.append(self)
 
     def get(self) -> T:
+        """This process's object: built by the factory on the first call in this process
+        (after a fork, the parent's object is set aside untouched and a new one built),
+        the same object on every later call. Thread-safe: two threads of one process
+        asking first get one object."""
         pid = os.getpid()
         if self._pid == pid and self._value is not None:
             return self._value

@@ -25,34 +25,20 @@ psycopg_pool's own order, which is correct, only slower.
 
 from __future__ import annotations
 
-from collections import deque
-from typing import Any
-
 import psycopg_pool
 from psycopg_pool.abc import ACT, CT
+
+from langgraph_deterministic._compat.psycopg_pool import AsyncNewestFirst, NewestFirst
 
 __all__ = ["AsyncConnectionPool", "ConnectionPool"]
 
 
-def _newest_first(pool: Any) -> None:
-    """Put the most recently returned idle connection where psycopg_pool takes from."""
-    idle = getattr(pool, "_pool", None)
-    if isinstance(idle, deque) and len(idle) > 1:
-        idle.rotate(1)  # returned ones are appended on the right, taken from the left
-
-
-class ConnectionPool(psycopg_pool.ConnectionPool[CT]):
+# The order is chosen through psycopg_pool's private hook and deque: the mixins of
+# _compat.psycopg_pool, the one home of the private names we rely on.
+class ConnectionPool(NewestFirst, psycopg_pool.ConnectionPool[CT]):
     """psycopg_pool.ConnectionPool, handing out its most recently returned connection."""
 
-    def _get_ready_connection(self, timeout: float | None) -> CT | None:
-        _newest_first(self)  # under the pool's lock, as the take itself
-        return super()._get_ready_connection(timeout)
 
-
-class AsyncConnectionPool(psycopg_pool.AsyncConnectionPool[ACT]):
+class AsyncConnectionPool(AsyncNewestFirst, psycopg_pool.AsyncConnectionPool[ACT]):
     """psycopg_pool.AsyncConnectionPool, handing out its most recently returned
     connection."""
-
-    async def _get_ready_connection(self, timeout: float | None) -> ACT | None:
-        _newest_first(self)
-        return await super()._get_ready_connection(timeout)
