@@ -102,16 +102,15 @@ def fresh(pg_server_dsn: str) -> Iterator[str]:
 # contract fix that adds a statement to every superstep would cost the server.
 PLANTS = {
     # a primary-key probe of the parent checkpoint: buffers only
-    "read": "SELECT 1 FROM checkpoints WHERE thread_id = %s AND checkpoint_ns = %s"
-    " AND checkpoint_id = %s",
+    "read": "SELECT 1 FROM checkpoints WHERE thread_id = %(thread)s AND checkpoint_ns = %(ns)s"
+    " AND checkpoint_id = %(id)s",
     # a no-op update of the run's lease: a row updated and its WAL
-    "write": "UPDATE lgd_leases SET expires_at = expires_at WHERE thread_id = %s"
-    " AND %s::text IS NOT NULL AND %s::text IS NOT NULL",
+    "write": "UPDATE lgd_leases SET expires_at = expires_at WHERE thread_id = %(thread)s",
 }
 
 
 class PlantedSaver(DeterministicSaver):
-    """DeterministicSaver with one more statement per put (sync, on its own connection)."""
+    """DeterministicSaver with one more statement per put, sent on the saver's connection."""
 
     def __init__(self, conn: psycopg.Connection[Any], statement: str) -> None:
         super().__init__(conn)
@@ -119,7 +118,8 @@ class PlantedSaver(DeterministicSaver):
 
     def put(self, config: Any, checkpoint: Any, metadata: Any, new_versions: Any) -> Any:
         c = config["configurable"]
-        params = (c["thread_id"], c.get("checkpoint_ns", ""), c.get("checkpoint_id") or "")
+        params = {"thread": c["thread_id"], "ns": c.get("checkpoint_ns", ""),
+                  "id": c.get("checkpoint_id") or ""}  # fmt: skip
         self._planted_conn.execute(self._planted, params)
         return super().put(config, checkpoint, metadata, new_versions)
 
